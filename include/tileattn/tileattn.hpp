@@ -1,0 +1,141 @@
+// tileattn: attention operators for CPUs and NVIDIA GPUs.
+// Umbrella header: everything a user needs is declared here.
+//
+// out = softmax(scale * Q K^T + masks) V, computed the flash way: no Lq x Lk score matrix is ever
+// stored (except by the reference backend, which is the oracle). docs/semantics.md is the
+// normative description of every option; the comments below summarise it.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace tileattn {
+
+// Every invalid argument and every backend failure is reported as tileattn::Error. The message
+// names the argument and says what was expected. When attention_forward throws, nothing has been
+// written to the outputs.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class DType : std::uint8_t {
+  f32,
+  f16,
+  bf16,
+  boolean,  // one byte per element, 0 = false, anything else = true
+  i32,
+  i64,
+};
+
+enum class Device : std::uint8_t { cpu, cuda };
+
+const char* to_string(DType dtype) noexcept;
+std::size_t size_of(DType dtype) noexcept;
+
+// A non-owning view of a strided tensor of rank 1..4. Strides are in elements, not bytes.
+// `data == nullptr` means "absent" for the optional arguments.
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Device device = Device::cpu;
+  int device_index = 0;
+  int rank = 0;
+  std::int64_t shape[4] = {0, 0, 0, 0};
+  std::int64_t stride[4] = {0, 0, 0, 0};
+
+  bool present() const noexcept { return data != nullptr; }
+};
+
+// Contiguous (row-major) view helpers. make_tensor({B, L, H, D}) gives a BSHD tensor.
+Tensor make_tensor(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
+                   Device device = Device::cpu, int device_index = 0);
+Tensor make_tensor(const void* data, DType dtype, std::initializer_list<std::int64_t> shape,
+                   Device device = Device::cpu, int device_index = 0);
+// The same storage seen as [B, H, L, D] memory, exposed with the logical [B, L, H, D] shape that
+// AttentionArgs expects (a zero-copy permutation of the strides).
+Tensor bhsd_as_bshd(Tensor bhsd);
+
+// How query row i lines up with key column j for causal masking, windows and ALiBi.
+//   bottom_right: query i sits at key position i + (Lk - Lq)   (FlashAttention >= 2.1, FlashInfer)
+//   top_left:     query i sits at key position i               (PyTorch is_causal)
+// Lk is the valid key length of the batch entry (key_lengths[b] when given).
+enum class Alignment : std::uint8_t { bottom_right, top_left };
+
+struct AttentionArgs {
+  // Required. Logical shapes (any element strides; the last dimension must be contiguous):
+  //   q   [B, Lq, Hq,  D]    f32 | f16 | bf16
+  //   k   [B, Lk, Hkv, D]    same dtype as q
+  //   v   [B, Lk, Hkv, Dv]   same dtype as q
+  //   out [B, Lq, Hq,  Dv]   f32 | f16 | bf16, must not overlap any input
+  // Hq % Hkv == 0 (GQA/MQA: query head h reads kv head h / (Hq / Hkv)). 1 <= D, Dv <= 256.
+  Tensor q, k, v, out;
+
+  // Optional output: natural-log softmax denominator, f32 [B, Hq, Lq]; -inf for a fully masked row.
+  Tensor lse;
+
+  // Multiplier of q.k; 0 (the default) means 1/sqrt(D).
+  float scale = 0.0f;
+
+  // Causal masking: key j is visible to query i only if j <= pos(i) (see Alignment).
+  bool causal = false;
+  Alignment alignment = Alignment::bottom_right;
+
+  // Sliding window: key j is visible only if pos(i) - window_left <= j <= pos(i) + window_right.
+  // -1 means unbounded on that side. Causal is the window (.., 0); both may be combined.
+  std::int64_t window_left = -1;
+  std::int64_t window_right = -1;
+
+  // Optional mask, broadcastable to [B, Hq, Lq, Lk] (rank 2..4, numpy right-aligned broadcasting:
+  // a dimension of size 1 or a stride of 0 repeats). dtype boolean: true = attend. dtype f32:
+  // added to the scores (use -inf to mask).
+  Tensor mask;
+
+  // Optional valid key lengths, i32 or i64 [B]: keys j >= key_lengths[b] are masked, and Lk in the
+  // alignment and ALiBi formulas is key_lengths[b]. Each value must be in [0, Lk].
+  Tensor key_lengths;
+
+  // Softcap c > 0: s = c * tanh(s / c) applied to the scaled scores. 0 disables.
+  float softcap = 0.0f;
+
+  // Optional ALiBi slopes, f32 [Hq] or [B, Hq]: adds -slope * |pos(i) - j| (bottom-right pos)
+  // to the scores.
+  Tensor alibi_slopes;
+};
+
+enum class Backend : std::uint8_t {
+  automatic,  // CUDA for device tensors, else the CPU flash kernel
+  cpu,        // the CPU flash kernel (SIMD + OpenMP)
+  reference,  // the double-precision three-stage oracle (stores the score matrix; slow)
+  cuda,       // the CUDA flash kernel
+};
+
+// CPU instruction-set levels, best first. The CPU backend picks the best one the machine supports
+// unless Context::cpu_isa caps it (used by tests to exercise every path).
+enum class CpuIsa : std::uint8_t { avx512_bf16, avx512, avx2, portable, best = 255 };
+
+struct Context {
+  Backend backend = Backend::automatic;
+  int threads = 0;                // CPU threads; 0 = OpenMP default
+  CpuIsa cpu_isa = CpuIsa::best;  // cap on the CPU instruction set (best available if not supported)
+  void* cuda_stream = nullptr;    // cudaStream_t for the CUDA backend; nullptr = default stream
+};
+
+// Computes out (and lse when given). Throws tileattn::Error on invalid arguments (nothing written).
+void attention_forward(const AttentionArgs& args, const Context& ctx = {});
+
+// What the library was built with and what this machine offers.
+struct BuildInfo {
+  std::string version;
+  std::string compiler;
+  bool openmp = false;
+  bool cuda = false;
+  CpuIsa best_cpu_isa = CpuIsa::portable;  // detected at run time
+  int max_threads = 1;
+};
+BuildInfo build_info();
+const char* to_string(CpuIsa isa) noexcept;
+const char* to_string(Backend backend) noexcept;
+
+}  // namespace tileattn

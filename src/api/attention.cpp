@@ -1,0 +1,143 @@
+// Public entry points: argument validation, then dispatch to a backend.
+#include <algorithm>
+
+#include "api/validate.hpp"
+#include "common/threads.hpp"
+#include "cpu/flash_forward.hpp"
+#include "reference/reference_forward.hpp"
+#include "tileattn/tileattn.hpp"
+
+#if defined(TILEATTN_WITH_CUDA)
+#include "cuda/cuda_forward.hpp"
+#endif
+
+#ifndef TILEATTN_VERSION
+#define TILEATTN_VERSION "0.0.0"
+#endif
+
+namespace tileattn {
+
+const char* to_string(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::boolean: return "boolean";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+  }
+  return "unknown";
+}
+
+std::size_t size_of(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::f32: case DType::i32: return 4;
+    case DType::f16: case DType::bf16: return 2;
+    case DType::boolean: return 1;
+    case DType::i64: return 8;
+  }
+  return 1;
+}
+
+const char* to_string(CpuIsa isa) noexcept {
+  switch (isa) {
+    case CpuIsa::avx512_bf16: return "avx512_bf16";
+    case CpuIsa::avx512: return "avx512";
+    case CpuIsa::avx2: return "avx2";
+    case CpuIsa::portable: return "portable";
+    case CpuIsa::best: return "best";
+  }
+  return "unknown";
+}
+
+const char* to_string(Backend backend) noexcept {
+  switch (backend) {
+    case Backend::automatic: return "auto";
+    case Backend::cpu: return "cpu";
+    case Backend::reference: return "reference";
+    case Backend::cuda: return "cuda";
+  }
+  return "unknown";
+}
+
+Tensor make_tensor(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
+                   Device device, int device_index) {
+  if (shape.size() < 1 || shape.size() > 4)
+    throw Error("tileattn: make_tensor: rank must be 1..4");
+  Tensor t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.device_index = device_index;
+  t.rank = static_cast<int>(shape.size());
+  std::copy(shape.begin(), shape.end(), t.shape);
+  std::int64_t stride = 1;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    t.stride[d] = stride;
+    stride *= t.shape[d];
+  }
+  return t;
+}
+
+Tensor make_tensor(const void* data, DType dtype, std::initializer_list<std::int64_t> shape,
+                   Device device, int device_index) {
+  return make_tensor(const_cast<void*>(data), dtype, shape, device, device_index);
+}
+
+Tensor bhsd_as_bshd(Tensor t) {
+  if (t.rank != 4) throw Error("tileattn: bhsd_as_bshd: expected a rank-4 [B, H, L, D] tensor");
+  std::swap(t.shape[1], t.shape[2]);
+  std::swap(t.stride[1], t.stride[2]);
+  return t;
+}
+
+void attention_forward(const AttentionArgs& args, const Context& ctx) {
+  const detail::AttnParams p = detail::validate_forward(args);
+  Backend backend = ctx.backend;
+  if (backend == Backend::automatic)
+    backend = p.device == Device::cuda ? Backend::cuda : Backend::cpu;
+  if (ctx.threads < 0) throw Error("tileattn: argument 'ctx.threads': must be >= 0 (0 = default)");
+
+  if (backend == Backend::cuda) {
+#if defined(TILEATTN_WITH_CUDA)
+    if (p.device != Device::cuda)
+      throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
+    detail::cuda_flash_forward(p, ctx.cuda_stream);
+    return;
+#else
+    throw Error("tileattn: argument 'ctx.backend': this build has no CUDA backend "
+                "(configure with -DTILEATTN_CUDA=ON)");
+#endif
+  }
+  if (p.device != Device::cpu)
+    throw Error(std::string("tileattn: argument 'ctx.backend': the ") + to_string(backend) +
+                " backend needs host tensors");
+  if (p.len_q == 0) return;
+  if (backend == Backend::reference)
+    detail::reference_forward(p, ctx.threads);
+  else
+    detail::cpu_flash_forward(p, ctx.threads, ctx.cpu_isa);
+}
+
+BuildInfo build_info() {
+  BuildInfo info;
+  info.version = TILEATTN_VERSION;
+#if defined(__clang__)
+  info.compiler = "clang " __clang_version__;
+#elif defined(__GNUC__)
+  info.compiler = "gcc " __VERSION__;
+#else
+  info.compiler = "unknown";
+#endif
+#if defined(_OPENMP)
+  info.openmp = true;
+#endif
+#if defined(TILEATTN_WITH_CUDA)
+  info.cuda = true;
+#endif
+  info.best_cpu_isa = detail::detect_cpu_isa();
+  info.max_threads = detail::resolve_threads(0);
+  return info;
+}
+
+}  // namespace tileattn

@@ -1,0 +1,12 @@
+// The one place where arguments are checked. Everything a kernel relies on is established here.
+#pragma once
+
+#include "api/params.hpp"
+
+namespace tileattn::detail {
+
+// Checks every argument of attention_forward and builds the kernel parameters.
+// Throws tileattn::Error naming the offending argument; never touches the outputs.
+AttnParams validate_forward(const AttentionArgs& args);
+
+}  // namespace tileattn::detail

@@ -1,0 +1,20 @@
+// Thread-count resolution shared by the CPU backends.
+#pragma once
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace tileattn::detail {
+
+// requested <= 0 means the OpenMP default (OMP_NUM_THREADS or the number of cores).
+inline int resolve_threads(int requested) noexcept {
+#if defined(_OPENMP)
+  return requested > 0 ? requested : omp_get_max_threads();
+#else
+  (void)requested;
+  return 1;
+#endif
+}
+
+}  // namespace tileattn::detail

@@ -1,0 +1,14 @@
+#pragma once
+#include "api/params.hpp"
+
+namespace tileattn::detail {
+
+// Detected at run time from CPUID and XGETBV (OS support for the register state).
+CpuIsa detect_cpu_isa() noexcept;
+// The ISA the CPU backend will use: the best detected one, capped by `cap`.
+CpuIsa select_cpu_isa(CpuIsa cap) noexcept;
+
+// The CPU flash-attention forward (tiled, online softmax, SIMD micro-kernels, OpenMP threads).
+void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap);
+
+}  // namespace tileattn::detail
