@@ -1,3 +1,4 @@
 // The CPU flash kernel compiled for one instruction set (flags set in src/CMakeLists.txt).
-#define TILEATTN_KERNEL_NAME flash_forward_avx512_bf16
+#define TILEATTN_KERNEL_GETTER cpu_tile_kernel_avx512_bf16
+#define TILEATTN_ISA_NAMESPACE isa_avx512_bf16
 #include "cpu/flash_kernel.inl"

@@ -1,11 +1,59 @@
-// The per-instruction-set entry points of the CPU flash kernel. Each is the same source
-// (flash_kernel.inl) compiled with different target flags in its own translation unit.
+// The interface between the ISA-neutral driver (flash_forward.cpp: threads, buffers, packing,
+// dtype conversion, work order) and the per-instruction-set compute kernels.
+//
+// Each kernel set is the same source (flash_kernel.inl) compiled with different target flags in
+// its own translation unit. Those translation units see only this header's plain structs and
+// raw f32 buffers — no standard-library templates, no inline helpers shared with other
+// translation units — so no function compiled for a wider ISA can be merged by the linker into
+// code that runs on a narrower machine.
 #pragma once
-#include "api/params.hpp"
+
+#include <cstdint>
 
 namespace tileattn::detail {
-void flash_forward_portable(const AttnParams& p, int threads);
-void flash_forward_avx2(const AttnParams& p, int threads);
-void flash_forward_avx512(const AttnParams& p, int threads);
-void flash_forward_avx512_bf16(const AttnParams& p, int threads);
+
+// One query tile of one (batch, head): everything the compute kernel needs, precomputed.
+struct TileJob {
+  std::int64_t rows;         // query rows in the tile (<= block_q)
+  std::int64_t dim;          // D
+  std::int64_t dim_v_padded; // Dv rounded up (packed V row length and out row length)
+
+  const float* q;        // [dim][block_q]: the tile's queries in f32, transposed
+  const float* k_packed; // per key block: panels of [dim][k_panel] (K transposed), 0 beyond Lk
+  const float* v_packed; // per key block: panels of [block_k][v_panel], 0 beyond Lk and Dv
+  std::int64_t block_begin, block_end;  // key blocks to visit
+
+  // Keys visible to each row by causal/window/key length: [key_first[r], key_last[r]).
+  const std::int64_t* key_first;
+  const std::int64_t* key_last;
+
+  float scale;       // multiplier of q.k
+  float scale_log2;  // scale * log2(e): scores are kept in log2 units
+  float softcap;     // c > 0 enables s = c * tanh(s / c) on the natural-unit scaled score
+  float alibi_slope; // 0 = off; else subtract slope * |alibi_pos0 + r - j| (natural units)
+  std::int64_t alibi_pos0;
+
+  // Optional mask rows: element (r, j) is at mask[r * mask_stride_q + j * mask_stride_k].
+  const std::uint8_t* bool_mask;  // true = attend
+  const float* additive_mask;
+  std::int64_t mask_stride_q, mask_stride_k;
+
+  // Outputs: normalised rows and the natural-log denominator (-inf for a fully masked row).
+  float* out;  // [rows][dim_v_padded]
+  float* lse;  // [rows]
+
+  // Scratch owned by the calling thread.
+  float* scores;     // [block_q][block_k]
+  float* row_max;    // [block_q]
+  float* row_sum;    // [block_q]
+  float* row_scale;  // [block_q]
+};
+
+using TileKernel = void (*)(const TileJob& job);
+
+TileKernel cpu_tile_kernel_portable();
+TileKernel cpu_tile_kernel_avx2();
+TileKernel cpu_tile_kernel_avx512();
+TileKernel cpu_tile_kernel_avx512_bf16();
+
 }  // namespace tileattn::detail

@@ -1,0 +1,229 @@
+// A minimal f32 vector type for the CPU kernels: the same operations over AVX-512 (16 lanes),
+// AVX2+FMA (8 lanes) or plain arrays (8 lanes, left to the compiler's auto-vectoriser).
+// Include only from an ISA translation unit, with TILEATTN_ISA_NAMESPACE defined: everything
+// here has internal linkage so that code built for one ISA never leaks into another.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace tileattn::detail::TILEATTN_ISA_NAMESPACE {
+namespace {
+
+#if defined(__AVX512F__)
+
+struct VecF {
+  static constexpr int lanes = 16;
+  __m512 v;
+};
+inline VecF load(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline void store(float* p, VecF a) { _mm512_storeu_ps(p, a.v); }
+inline VecF splat(float x) { return {_mm512_set1_ps(x)}; }
+inline VecF zero() { return {_mm512_setzero_ps()}; }
+inline VecF fma(VecF a, VecF b, VecF c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+inline VecF mul(VecF a, VecF b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline VecF add(VecF a, VecF b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline VecF sub(VecF a, VecF b) { return {_mm512_sub_ps(a.v, b.v)}; }
+inline VecF vmax(VecF a, VecF b) { return {_mm512_max_ps(a.v, b.v)}; }
+inline VecF vabs(VecF a) { return {_mm512_abs_ps(a.v)}; }
+inline VecF vround(VecF a) {
+  return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+}
+// 2^n for integral-valued n in [-127, 127]; n = -127 gives exactly 0.
+inline VecF pow2_int(VecF n) {
+  const __m512i bits = _mm512_slli_epi32(
+      _mm512_add_epi32(_mm512_cvtps_epi32(n.v), _mm512_set1_epi32(127)), 23);
+  return {_mm512_castsi512_ps(bits)};
+}
+inline float reduce_max(VecF a) { return _mm512_reduce_max_ps(a.v); }
+inline float reduce_add(VecF a) { return _mm512_reduce_add_ps(a.v); }
+// Lanes where (first + lane) lies outside [lo, hi) become -inf.
+inline VecF mask_outside(VecF a, std::int64_t first, std::int64_t lo, std::int64_t hi) {
+  const __m512i idx = _mm512_add_epi32(
+      _mm512_set1_epi32(static_cast<int>(first)),
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __mmask16 inside =
+      _mm512_cmpge_epi32_mask(idx, _mm512_set1_epi32(static_cast<int>(lo))) &
+      _mm512_cmplt_epi32_mask(idx, _mm512_set1_epi32(static_cast<int>(hi)));
+  return {_mm512_mask_blend_ps(inside, _mm512_set1_ps(-__builtin_inff()), a.v)};
+}
+// Lane offsets 0, 1, 2, ... as floats.
+inline VecF lane_index() {
+  return {_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)};
+}
+
+#elif defined(__AVX2__)
+
+struct VecF {
+  static constexpr int lanes = 8;
+  __m256 v;
+};
+inline VecF load(const float* p) { return {_mm256_loadu_ps(p)}; }
+inline void store(float* p, VecF a) { _mm256_storeu_ps(p, a.v); }
+inline VecF splat(float x) { return {_mm256_set1_ps(x)}; }
+inline VecF zero() { return {_mm256_setzero_ps()}; }
+inline VecF fma(VecF a, VecF b, VecF c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+inline VecF mul(VecF a, VecF b) { return {_mm256_mul_ps(a.v, b.v)}; }
+inline VecF add(VecF a, VecF b) { return {_mm256_add_ps(a.v, b.v)}; }
+inline VecF sub(VecF a, VecF b) { return {_mm256_sub_ps(a.v, b.v)}; }
+inline VecF vmax(VecF a, VecF b) { return {_mm256_max_ps(a.v, b.v)}; }
+inline VecF vabs(VecF a) {
+  return {_mm256_andnot_ps(_mm256_set1_ps(-0.0f), a.v)};
+}
+inline VecF vround(VecF a) {
+  return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+}
+inline VecF pow2_int(VecF n) {
+  const __m256i bits = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n.v), _mm256_set1_epi32(127)), 23);
+  return {_mm256_castsi256_ps(bits)};
+}
+inline float reduce_max(VecF a) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+inline float reduce_add(VecF a) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+inline VecF mask_outside(VecF a, std::int64_t first, std::int64_t lo, std::int64_t hi) {
+  const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(first)),
+                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lo)), idx);
+  const __m256i at_or_above = _mm256_cmpgt_epi32(idx, _mm256_set1_epi32(static_cast<int>(hi) - 1));
+  const __m256 outside = _mm256_castsi256_ps(_mm256_or_si256(below, at_or_above));
+  return {_mm256_blendv_ps(a.v, _mm256_set1_ps(-__builtin_inff()), outside)};
+}
+inline VecF lane_index() { return {_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7)}; }
+
+#else  // portable: plain arrays, vectorised by the compiler for the baseline target
+
+struct VecF {
+  static constexpr int lanes = 8;
+  float v[8];
+};
+inline VecF load(const float* p) {
+  VecF r;
+  for (int i = 0; i < 8; ++i) r.v[i] = p[i];
+  return r;
+}
+inline void store(float* p, VecF a) {
+  for (int i = 0; i < 8; ++i) p[i] = a.v[i];
+}
+inline VecF splat(float x) {
+  VecF r;
+  for (int i = 0; i < 8; ++i) r.v[i] = x;
+  return r;
+}
+inline VecF zero() { return splat(0.0f); }
+#define TILEATTN_LANEWISE(name, expr)  \
+  inline VecF name(VecF a, VecF b) {   \
+    VecF r;                            \
+    for (int i = 0; i < 8; ++i) {      \
+      const float x = a.v[i], y = b.v[i]; \
+      r.v[i] = (expr);                 \
+    }                                  \
+    return r;                          \
+  }
+TILEATTN_LANEWISE(mul, x* y)
+TILEATTN_LANEWISE(add, x + y)
+TILEATTN_LANEWISE(sub, x - y)
+TILEATTN_LANEWISE(vmax, x > y ? x : y)
+#undef TILEATTN_LANEWISE
+inline VecF fma(VecF a, VecF b, VecF c) {
+  VecF r;
+  for (int i = 0; i < 8; ++i) r.v[i] = a.v[i] * b.v[i] + c.v[i];
+  return r;
+}
+inline VecF vabs(VecF a) {
+  VecF r;
+  for (int i = 0; i < 8; ++i) r.v[i] = __builtin_fabsf(a.v[i]);
+  return r;
+}
+inline VecF vround(VecF a) {
+  VecF r;
+  for (int i = 0; i < 8; ++i) r.v[i] = __builtin_nearbyintf(a.v[i]);
+  return r;
+}
+inline VecF pow2_int(VecF n) {
+  VecF r;
+  for (int i = 0; i < 8; ++i) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(n.v[i]) + 127)
+                               << 23;
+    __builtin_memcpy(&r.v[i], &bits, sizeof bits);
+  }
+  return r;
+}
+inline float reduce_max(VecF a) {
+  float m = a.v[0];
+  for (int i = 1; i < 8; ++i) m = a.v[i] > m ? a.v[i] : m;
+  return m;
+}
+inline float reduce_add(VecF a) {
+  float s = 0.0f;
+  for (int i = 0; i < 8; ++i) s += a.v[i];
+  return s;
+}
+inline VecF mask_outside(VecF a, std::int64_t first, std::int64_t lo, std::int64_t hi) {
+  VecF r;
+  for (int i = 0; i < 8; ++i) {
+    const std::int64_t j = first + i;
+    r.v[i] = (j >= lo && j < hi) ? a.v[i] : -__builtin_inff();
+  }
+  return r;
+}
+inline VecF lane_index() {
+  VecF r;
+  for (int i = 0; i < 8; ++i) r.v[i] = static_cast<float>(i);
+  return r;
+}
+
+#endif
+
+// 2^x for x <= 0 (softmax arguments): Taylor/minimax polynomial on the fraction, exact 0 for
+// x <= -127 and for -inf. Relative error about 2e-7.
+inline VecF exp2_nonpositive(VecF x) {
+  x = vmax(x, splat(-127.0f));
+  const VecF n = vround(x);
+  const VecF f = sub(x, n);  // [-0.5, 0.5]
+  VecF p = splat(1.5403530e-4f);
+  p = fma(p, f, splat(1.3333558e-3f));
+  p = fma(p, f, splat(9.6181291e-3f));
+  p = fma(p, f, splat(5.5504109e-2f));
+  p = fma(p, f, splat(2.4022651e-1f));
+  p = fma(p, f, splat(6.9314718e-1f));
+  p = fma(p, f, splat(1.0f));
+  return mul(p, pow2_int(n));
+}
+
+// c * tanh(x / c) computed as c * sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|/c).
+inline VecF softcap(VecF x, float cap, float two_log2e_over_cap) {
+  const VecF e = exp2_nonpositive(mul(vabs(x), splat(-two_log2e_over_cap)));
+  const VecF one = splat(1.0f);
+  VecF t = mul(sub(one, e), splat(cap));
+  // divide: (1 - e) / (1 + e); 1 + e is in [1, 2], so a plain division is well-conditioned.
+  VecF denom = add(one, e);
+  VecF r;
+#if defined(__AVX512F__)
+  r.v = _mm512_div_ps(t.v, denom.v);
+  r.v = _mm512_castsi512_ps(_mm512_or_si512(
+      _mm512_castps_si512(r.v),
+      _mm512_and_si512(_mm512_castps_si512(x.v), _mm512_set1_epi32(INT32_MIN))));
+#elif defined(__AVX2__)
+  r.v = _mm256_div_ps(t.v, denom.v);
+  r.v = _mm256_or_ps(r.v, _mm256_and_ps(x.v, _mm256_set1_ps(-0.0f)));
+#else
+  for (int i = 0; i < 8; ++i) r.v[i] = x.v[i] < 0.0f ? -t.v[i] / denom.v[i] : t.v[i] / denom.v[i];
+#endif
+  return r;
+}
+
+}  // namespace
+}  // namespace tileattn::detail::TILEATTN_ISA_NAMESPACE

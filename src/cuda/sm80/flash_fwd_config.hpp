@@ -1,0 +1,49 @@
+// Every tile choice of the sm80 forward kernel, per head-dim bucket. The dispatcher, the kernel,
+// the benchmark and docs/perf/gpu.md all read this one function.
+#pragma once
+
+namespace tileattn::cuda {
+
+// Head dims are padded up to the next bucket (zero columns cost compute but no extra code).
+inline constexpr int kHeadDimBuckets[] = {64, 96, 128, 192, 256};
+
+constexpr int head_dim_bucket(int dim) {
+  for (int bucket : kHeadDimBuckets)
+    if (dim <= bucket) return bucket;
+  return 0;  // unsupported (validation limits D, Dv to 256)
+}
+
+struct TileConfig {
+  int head_dim;        // padded head dim (bucket), for both D and Dv
+  int block_m;         // query rows per CTA                      (Br)
+  int block_n;         // keys per pipeline step                  (Bc)
+  int warps;           // warps per CTA; each owns block_m / warps query rows
+  int stages;          // K/V shared-memory stages of the cp.async pipeline
+  int min_blocks;      // __launch_bounds__ minimum CTAs per SM
+
+  constexpr int threads() const { return warps * 32; }
+  constexpr int rows_per_warp() const { return block_m / warps; }
+  constexpr int m_tiles() const { return rows_per_warp() / 16; }  // m16 tiles per warp
+  // Shared-memory row pitch in elements: a multiple of 64 so the 16-byte-chunk XOR swizzle over
+  // 8 chunks stays inside a row (96 and 192 are stored with pitch 128 and 192).
+  constexpr int smem_pitch() const { return (head_dim + 63) / 64 * 64; }
+  constexpr int smem_bytes() const {
+    return (block_m + stages * 2 * block_n) * smem_pitch() * 2;
+  }
+};
+
+// Two m16 tiles per warp for D <= 128 (each K/V fragment read from shared memory feeds two mma),
+// one for the wide heads where the O accumulator alone takes D / 2 registers per m-tile.
+// Shared memory stays under the sm_80 limit (163 KB per CTA).
+constexpr TileConfig tile_config(int bucket) {
+  switch (bucket) {
+    case 64: return {64, 128, 128, 4, 2, 2};
+    case 96: return {96, 128, 64, 4, 2, 2};
+    case 128: return {128, 128, 64, 4, 2, 2};
+    case 192: return {192, 128, 64, 8, 2, 1};
+    case 256: return {256, 128, 32, 8, 2, 1};
+    default: return {0, 0, 0, 0, 0, 0};
+  }
+}
+
+}  // namespace tileattn::cuda

@@ -1,0 +1,373 @@
+// FlashAttention-2-style forward for sm80+ (runs on Ampere, Ada and Hopper): one CTA owns block_m
+// query rows of one (batch, head); its warps split those rows (m16 tiles), stream K/V blocks of
+// block_n keys through a multi-stage cp.async pipeline into XOR-swizzled shared memory, compute
+// S = Q K^T and O += P V with mma.sync m16n8k16 (ldmatrix / ldmatrix.trans fragments), and keep
+// the online softmax (row max, row sum, rescale) in registers in base 2.
+//
+// Template parameters are the whole instantiation table: element type x head-dim bucket x
+// kGeneral (softcap, ALiBi or a mask present). Causal/window/key lengths are runtime values: K/V
+// blocks outside every row's visible range are skipped, and only blocks that straddle an edge
+// pay for per-element masking.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/sm80/flash_fwd_config.hpp"
+#include "cuda/sm80/flash_fwd_params.hpp"
+
+namespace tileattn::cuda {
+
+__device__ __forceinline__ float load_elem(const char* base, std::int64_t index, ElemType type) {
+  switch (type) {
+    case ElemType::f32: return reinterpret_cast<const float*>(base)[index];
+    case ElemType::f16: return __half2float(reinterpret_cast<const __half*>(base)[index]);
+    default: return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[index]);
+  }
+}
+
+__device__ __forceinline__ void store_elem(void* base, std::int64_t index, ElemType type, float x) {
+  switch (type) {
+    case ElemType::f32: static_cast<float*>(base)[index] = x; break;
+    case ElemType::f16: static_cast<__half*>(base)[index] = __float2half_rn(x); break;
+    default: static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16_rn(x); break;
+  }
+}
+
+// Shared-memory offset (elements) of 16-byte chunk `chunk` of tile row `row`: the chunk index is
+// XOR-ed with row % 8, so the 8 row addresses of one ldmatrix hit 8 different bank groups.
+template <int kPitch>
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+  return row * kPitch + ((chunk ^ (row & 7)) << 3);
+}
+
+// Copies a (kRows, head_dim) tile from global memory (row stride `stride_l` elements) into shared
+// memory, zero-filling rows >= rows_valid and columns >= cols_valid. The 16-byte cp.async path is
+// asynchronous (completes with the commit group); the element path (unaligned strides, head dims
+// not a multiple of 8, f32 inputs converted to T) stores synchronously.
+template <typename T, int kRows, int kDim, int kPitch, int kThreads>
+__device__ __forceinline__ void load_tile(T* tile, const char* src, std::int64_t stride_l,
+                                          int rows_valid, int cols_valid,
+                                          const FlashFwdParams& p) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (p.vector_loads) {
+    constexpr int kChunks = kDim / 8;
+    const T* base = reinterpret_cast<const T*>(src);
+#pragma unroll
+    for (int idx = tid; idx < kRows * kChunks; idx += kThreads) {
+      const int row = idx / kChunks, chunk = idx % kChunks;
+      const bool valid = row < rows_valid && chunk * 8 < cols_valid;
+      const T* from = valid ? base + row * stride_l + chunk * 8 : base;
+      cp_async_16(smem_address(tile + swizzled<kPitch>(row, chunk)), from, valid ? 16 : 0);
+    }
+  } else {
+    for (int idx = tid; idx < kRows * kDim; idx += kThreads) {
+      const int row = idx / kDim, col = idx % kDim;
+      float x = 0.0f;
+      if (row < rows_valid && col < cols_valid) x = load_elem(src, row * stride_l + col, p.in_type);
+      tile[swizzled<kPitch>(row, col >> 3) + (col & 7)] = MmaType<T>::from_float(x);
+    }
+  }
+}
+
+template <typename T, int kBucket, bool kGeneral>
+__global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kBucket).min_blocks)
+    flash_fwd_kernel(const __grid_constant__ FlashFwdParams p) {
+  constexpr TileConfig cfg = tile_config(kBucket);
+  constexpr int kDim = cfg.head_dim, kPitch = cfg.smem_pitch();
+  constexpr int kBlockM = cfg.block_m, kBlockN = cfg.block_n, kThreads = cfg.threads();
+  constexpr int kStages = cfg.stages, kRowsPerWarp = cfg.rows_per_warp();
+  constexpr int kMTiles = cfg.m_tiles();  // m16 tiles per warp
+  constexpr int kNTiles = kBlockN / 8;    // n8 tiles of S per m-tile
+  constexpr int kDTiles = kDim / 8;       // n8 tiles of O per m-tile
+  static_assert(kRowsPerWarp % 16 == 0 && kBlockN % 16 == 0 && kDim % 16 == 0, "tile shapes");
+  static_assert(kPitch % 64 == 0, "the swizzle needs 8 chunks of 16 bytes per row");
+  static_assert(kStages >= 2, "pipeline");
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* const q_tile = reinterpret_cast<T*>(smem);  // (block_m, pitch)
+  T* const kv_tiles = q_tile + kBlockM * kPitch;  // stages x [K (block_n, pitch), V (block_n, pitch)]
+
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, t = lane % 4;
+
+  // Heavy (late, for causal) query blocks first; blocks of one head are adjacent for L2 reuse.
+  const int m_block = p.num_m_blocks - 1 - static_cast<int>(blockIdx.x % p.num_m_blocks);
+  const int bh = static_cast<int>(blockIdx.x / p.num_m_blocks);
+  const int h = bh % p.heads_q, b = bh / p.heads_q;
+  const int hk = h / p.heads_per_kv;
+  const int m0 = m_block * kBlockM;
+  const int rows_in_block = min(kBlockM, p.len_q - m0);
+
+  int klen = p.len_k;
+  if (p.key_lengths != nullptr) {
+    const std::int64_t len = p.key_lengths_i64 ? static_cast<const std::int64_t*>(p.key_lengths)[b]
+                                               : static_cast<const std::int32_t*>(p.key_lengths)[b];
+    klen = static_cast<int>(len < 0 ? 0 : (len > p.len_k ? p.len_k : len));
+  }
+  const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
+  // Visible keys [first, last) of query row i by window and key length (params.hpp visible_keys).
+  auto visible = [&](int i, int& first, int& last) {
+    const std::int64_t pos = i + diagonal;
+    std::int64_t lo = 0, hi = klen;
+    if (p.window_left >= 0 && pos - p.window_left > lo) lo = pos - p.window_left;
+    if (p.window_right >= 0 && pos + p.window_right + 1 < hi) hi = pos + p.window_right + 1;
+    if (lo > hi) lo = hi;
+    if (hi < 0) lo = hi = 0;
+    first = static_cast<int>(lo);
+    last = static_cast<int>(hi);
+  };
+  int first_top, last_top, first_bottom, last_bottom;  // rows m0 and m0 + rows_in_block - 1
+  visible(m0, first_top, last_top);
+  visible(m0 + rows_in_block - 1, first_bottom, last_bottom);
+  const int n_block_begin = first_top / kBlockN;
+  const int n_block_end = first_top < last_bottom ? (last_bottom + kBlockN - 1) / kBlockN : 0;
+
+  const std::int64_t esize = p.in_type == ElemType::f32 ? 4 : 2;
+  const char* q_src = static_cast<const char*>(p.q) +
+                      (b * p.q_stride_b + h * p.q_stride_h + m0 * p.q_stride_l) * esize;
+  const char* k_src = static_cast<const char*>(p.k) + (b * p.k_stride_b + hk * p.k_stride_h) * esize;
+  const char* v_src = static_cast<const char*>(p.v) + (b * p.v_stride_b + hk * p.v_stride_h) * esize;
+
+  auto load_kv = [&](int n_block, int slot) {
+    T* k_tile = kv_tiles + slot * 2 * kBlockN * kPitch;
+    T* v_tile = k_tile + kBlockN * kPitch;
+    const int n0 = n_block * kBlockN, rows = min(kBlockN, klen - n0);
+    load_tile<T, kBlockN, kDim, kPitch, kThreads>(k_tile, k_src + n0 * p.k_stride_l * esize,
+                                                   p.k_stride_l, rows, p.dim, p);
+    load_tile<T, kBlockN, kDim, kPitch, kThreads>(v_tile, v_src + n0 * p.v_stride_l * esize,
+                                                   p.v_stride_l, rows, p.dim_v, p);
+  };
+
+  // Prologue: Q and the first stages - 1 K/V blocks, one commit group per block.
+  load_tile<T, kBlockM, kDim, kPitch, kThreads>(q_tile, q_src, p.q_stride_l, rows_in_block, p.dim,
+                                                p);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (n_block_begin + s < n_block_end) load_kv(n_block_begin + s, s);
+    cp_async_commit();
+  }
+
+  // This thread's query rows: m-tile mt, half hh (rows g and g + 8 of the m16 tile).
+  const int warp_row0 = warp * kRowsPerWarp;
+  int row_first[kMTiles][2], row_last[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+      visible(m0 + warp_row0 + mt * 16 + g + 8 * hh, row_first[mt][hh], row_last[mt][hh]);
+
+  float acc_o[kMTiles][kDTiles][4];  // (rows_per_warp, head_dim) in C fragments
+  float row_max[kMTiles][2], row_sum[kMTiles][2];  // base-2 running max; partial sums (this lane)
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.0f;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      row_max[mt][hh] = -INFINITY;
+      row_sum[mt][hh] = 0.0f;
+    }
+  }
+
+  // Per-lane ldmatrix source rows/chunks (see ptx.cuh for the fragment layouts).
+  const int mat = lane / 8, mat_row = lane % 8;
+  const int q_row = warp_row0 + mat_row + (mat & 1) * 8, q_chunk = mat >> 1;  // A: Q
+  const int k_row = mat_row + (mat >> 1) * 8, k_chunk = mat & 1;               // B: K
+  const int v_row = mat_row + (mat & 1) * 8, v_chunk = mat >> 1;               // B: V (trans)
+
+  for (int n_block = n_block_begin, it = 0; n_block < n_block_end; ++n_block, ++it) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // block n_block landed for all threads; slot (it - 1) % stages is free
+    if (n_block + kStages - 1 < n_block_end) load_kv(n_block + kStages - 1, (it + kStages - 1) % kStages);
+    cp_async_commit();
+
+    const T* k_tile = kv_tiles + (it % kStages) * 2 * kBlockN * kPitch;
+    const T* v_tile = k_tile + kBlockN * kPitch;
+
+    // S = Q K^T                                                   // (rows_per_warp, block_n)
+    float s[kMTiles][kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kDim / 16; ++ks) {
+      std::uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+        ldmatrix_x4(a[mt], smem_address(q_tile + swizzled<kPitch>(q_row + mt * 16, ks * 2 + q_chunk)));
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        std::uint32_t kb[4];
+        ldmatrix_x4(kb, smem_address(k_tile + swizzled<kPitch>(k_row + np * 16, ks * 2 + k_chunk)));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816<T>(s[mt][2 * np], a[mt], kb[0], kb[1]);
+          mma_16816<T>(s[mt][2 * np + 1], a[mt], kb[2], kb[3]);
+        }
+      }
+    }
+
+    // Score modifications, in base-2 units (x = score * log2 e), -inf where masked.
+    const int n0 = n_block * kBlockN;
+    if constexpr (kGeneral) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int i = m0 + warp_row0 + mt * 16 + g + 8 * hh;
+          const float slope = p.alibi_slopes != nullptr
+                                  ? p.alibi_slopes[b * p.alibi_stride_b + h * p.alibi_stride_h]
+                                  : 0.0f;
+          const std::int64_t mask_row =
+              b * p.mask_stride_b + h * p.mask_stride_h + static_cast<std::int64_t>(i) * p.mask_stride_q;
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int j = n0 + nt * 8 + 2 * t + e;
+              float& x = s[mt][nt][2 * hh + e];
+              if (i >= p.len_q || j < row_first[mt][hh] || j >= row_last[mt][hh]) {
+                x = -INFINITY;
+                continue;
+              }
+              float mask_add = 0.0f;
+              if (p.mask != nullptr) {
+                const std::int64_t at = mask_row + j * p.mask_stride_k;
+                if (p.mask_additive) {
+                  mask_add = static_cast<const float*>(p.mask)[at];
+                } else if (static_cast<const std::uint8_t*>(p.mask)[at] == 0) {
+                  x = -INFINITY;
+                  continue;
+                }
+              }
+              float score = x * p.scale;
+              if (p.softcap > 0.0f) score = p.softcap * tanhf(score / p.softcap);
+              const int distance = i + klen - p.len_q - j;
+              score -= slope * static_cast<float>(distance < 0 ? -distance : distance);
+              x = (score + mask_add) * kLog2e;
+            }
+        }
+    } else {
+      const bool edge_block = n0 < first_bottom || n0 + kBlockN > last_top;
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float& x = s[mt][nt][e];
+            x *= p.scale_log2;
+            if (edge_block) {
+              const int j = n0 + nt * 8 + 2 * t + (e & 1);
+              if (j < row_first[mt][e >> 1] || j >= row_last[mt][e >> 1]) x = -INFINITY;
+            }
+          }
+    }
+
+    // Online softmax: new row max over the quad, rescale the running sum and O, P = 2^(x - max).
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float block_max = row_max[mt][hh];
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+          block_max = fmaxf(block_max, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
+        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
+        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
+        const float base = block_max == -INFINITY ? 0.0f : block_max;  // all masked so far
+        const float rescale = exp2_approx(row_max[mt][hh] - base);
+        row_max[mt][hh] = block_max;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[mt][nt][2 * hh + e];
+            x = exp2_approx(x - base);
+            sum += x;
+          }
+        row_sum[mt][hh] = row_sum[mt][hh] * rescale + sum;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          acc_o[mt][dt][2 * hh] *= rescale;
+          acc_o[mt][dt][2 * hh + 1] *= rescale;
+        }
+      }
+
+    // O += P V: P's C fragments of two n8 tiles are the A fragment of one k16 step.
+#pragma unroll
+    for (int ks = 0; ks < kBlockN / 16; ++ks) {
+      std::uint32_t pa[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        pa[mt][0] = MmaType<T>::pack(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+        pa[mt][1] = MmaType<T>::pack(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+        pa[mt][2] = MmaType<T>::pack(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+        pa[mt][3] = MmaType<T>::pack(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        std::uint32_t vb[4];
+        ldmatrix_x4_trans(vb, smem_address(v_tile + swizzled<kPitch>(v_row + ks * 16, dp * 2 + v_chunk)));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816<T>(acc_o[mt][2 * dp], pa[mt], vb[0], vb[1]);
+          mma_16816<T>(acc_o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: O / l (0 for a fully masked row), lse = ln(sum) = (max + log2 l) ln 2 (-inf if empty).
+  char* out_base = static_cast<char*>(p.out);
+  const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
+  out_base += (b * p.o_stride_b + h * p.o_stride_h) * out_esize;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float l = row_sum[mt][hh];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int i = m0 + warp_row0 + mt * 16 + g + 8 * hh;
+      if (i >= p.len_q) continue;
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      void* out_row = out_base + static_cast<std::int64_t>(i) * p.o_stride_l * out_esize;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        const int col = dt * 8 + 2 * t;
+        if (col < p.dim_v) store_elem(out_row, col, p.out_type, acc_o[mt][dt][2 * hh] * inv);
+        if (col + 1 < p.dim_v) store_elem(out_row, col + 1, p.out_type, acc_o[mt][dt][2 * hh + 1] * inv);
+      }
+      if (p.lse != nullptr && t == 0)
+        p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] =
+            l > 0.0f ? (row_max[mt][hh] + __log2f(l)) * kLn2 : -INFINITY;
+    }
+}
+
+// Launches one instantiation on `stream`; returns the launch status (no synchronisation).
+template <typename T, int kBucket, bool kGeneral>
+cudaError_t launch_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
+  constexpr TileConfig cfg = tile_config(kBucket);
+  auto* kernel = flash_fwd_kernel<T, kBucket, kGeneral>;
+  cudaError_t status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, cfg.smem_bytes());
+  if (status != cudaSuccess) return status;
+  const unsigned blocks = static_cast<unsigned>(p.num_m_blocks) * static_cast<unsigned>(p.heads_q) *
+                          static_cast<unsigned>(p.batch);
+  kernel<<<blocks, cfg.threads(), cfg.smem_bytes(), stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace tileattn::cuda
