@@ -113,7 +113,13 @@ enum class Backend : std::uint8_t {
 
 // CPU instruction-set levels, best first. The CPU backend picks the best one the machine supports
 // unless Context::cpu_isa caps it (used by tests to exercise every path).
-enum class CpuIsa : std::uint8_t { avx512_bf16, avx512, avx2, portable, best = 255 };
+//   amx_bf16:    Intel AMX tiles for bf16 storage (Sapphire Rapids and later); f32/f16 storage
+//                uses the avx512 kernels at this level
+//   avx512_bf16: AVX-512 with the bf16 dot product (Zen 4, Cooper Lake and later)
+//   avx512:      AVX-512 F/BW/DQ/VL
+//   avx2:        AVX2 + FMA + F16C
+//   portable:    no SIMD assumptions beyond the compiler's baseline
+enum class CpuIsa : std::uint8_t { amx_bf16, avx512_bf16, avx512, avx2, portable, best = 255 };
 
 struct Context {
   Backend backend = Backend::automatic;

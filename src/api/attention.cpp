@@ -41,6 +41,7 @@ std::size_t size_of(DType dtype) noexcept {
 
 const char* to_string(CpuIsa isa) noexcept {
   switch (isa) {
+    case CpuIsa::amx_bf16: return "amx_bf16";
     case CpuIsa::avx512_bf16: return "avx512_bf16";
     case CpuIsa::avx512: return "avx512";
     case CpuIsa::avx2: return "avx2";

@@ -149,6 +149,7 @@ AttnParams validate_forward(const AttentionArgs& a) {
   p.v_stride_b = v.stride[0], p.v_stride_l = v.stride[1], p.v_stride_h = v.stride[2];
   p.o_stride_b = out.stride[0], p.o_stride_l = out.stride[1], p.o_stride_h = out.stride[2];
 
+  Span lse_span;  // empty when there is no lse: overlaps nothing
   if (a.lse.present()) {
     const Tensor& lse = a.lse;
     require_rank("lse", lse, 3, "[B, Hq, Lq]");
@@ -157,7 +158,7 @@ AttnParams validate_forward(const AttentionArgs& a) {
     require_dim("lse", lse, 0, B, "batch");
     require_dim("lse", lse, 1, Hq, "query heads");
     require_dim("lse", lse, 2, Lq, "query length");
-    const Span lse_span = checked_span("lse", lse);
+    lse_span = checked_span("lse", lse);
     if (lse_span.overlaps(q_span) || lse_span.overlaps(k_span) || lse_span.overlaps(v_span) ||
         lse_span.overlaps(out_span))
       fail("lse", "overlaps q, k, v or out");
@@ -201,7 +202,8 @@ AttnParams validate_forward(const AttentionArgs& a) {
       strides[t] = m.shape[d] == 1 ? 0 : m.stride[d];
     }
     const Span mask_span = checked_span("mask", m);
-    if (mask_span.overlaps(out_span)) fail("mask", "overlaps out");
+    if (mask_span.overlaps(out_span) || mask_span.overlaps(lse_span))
+      fail("mask", "overlaps out or lse");
     p.mask = m.data;
     p.mask_dtype = m.dtype;
     p.mask_stride_b = strides[0], p.mask_stride_h = strides[1];
@@ -216,7 +218,9 @@ AttnParams validate_forward(const AttentionArgs& a) {
     require_device("key_lengths", kl, q);
     require_dim("key_lengths", kl, 0, B, "batch");
     if (kl.shape[0] > 1 && kl.stride[0] != 1) fail("key_lengths", "must be contiguous");
-    if (checked_span("key_lengths", kl).overlaps(out_span)) fail("key_lengths", "overlaps out");
+    const Span kl_span = checked_span("key_lengths", kl);
+    if (kl_span.overlaps(out_span) || kl_span.overlaps(lse_span))
+      fail("key_lengths", "overlaps out or lse");
     p.key_lengths = kl.data;
     p.key_lengths_dtype = kl.dtype;
     if (kl.device == Device::cpu) {  // device-resident lengths are clamped by the kernel instead
@@ -242,7 +246,9 @@ AttnParams validate_forward(const AttentionArgs& a) {
       p.alibi_stride_b = s.stride[0];
       p.alibi_stride_h = s.stride[1];
     }
-    if (checked_span("alibi_slopes", s).overlaps(out_span)) fail("alibi_slopes", "overlaps out");
+    const Span slopes_span = checked_span("alibi_slopes", s);
+    if (slopes_span.overlaps(out_span) || slopes_span.overlaps(lse_span))
+      fail("alibi_slopes", "overlaps out or lse");
     p.alibi_slopes = static_cast<const float*>(s.data);
   }
   return p;

@@ -1,5 +1,5 @@
 // The ISA-neutral driver of the CPU flash forward: threads, buffers, packing, dtype conversion
-// and work order. The compute kernels (flash_kernel.inl) only see TileJob.
+// and work order. The compute kernels (flash_kernel.inl, amx_kernel.cpp) only see TileJob.
 //
 // Work is processed in phases of (batch, kv head) pairs whose packed K/V fit a small budget:
 // all threads pack a phase's K/V once, then share its query tiles (every query head of each
@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -19,16 +20,36 @@
 namespace tileattn::detail {
 namespace {
 
-constexpr std::int64_t kBlockQ = cpu_tile_config().block_q;
-constexpr std::int64_t kBlockK = cpu_tile_config().block_k;
+struct Plan {
+  KernelFamily family;
+  TileKernel kernel;
+  CpuTileConfig config;
+  PackedGeometry geometry;
+  std::int64_t blocks;           // key blocks per head
+  std::int64_t k_head_elems;     // packed K of one (batch, kv head)
+  std::int64_t v_head_elems;
+};
 
-TileKernel select_kernel(CpuIsa isa) {
+Plan make_plan(const AttnParams& p, CpuIsa isa) {
+  Plan plan{};
+  plan.family = isa == CpuIsa::amx_bf16 && p.dtype == DType::bf16 ? KernelFamily::amx
+                                                                    : KernelFamily::f32;
   switch (isa) {
-    case CpuIsa::avx512_bf16: return cpu_tile_kernel_avx512_bf16();
-    case CpuIsa::avx512: return cpu_tile_kernel_avx512();
-    case CpuIsa::avx2: return cpu_tile_kernel_avx2();
-    default: return cpu_tile_kernel_portable();
+    case CpuIsa::amx_bf16:
+      plan.kernel = plan.family == KernelFamily::amx ? cpu_tile_kernel_amx_bf16()
+                                                     : cpu_tile_kernel_avx512_bf16();
+      break;
+    case CpuIsa::avx512_bf16: plan.kernel = cpu_tile_kernel_avx512_bf16(); break;
+    case CpuIsa::avx512: plan.kernel = cpu_tile_kernel_avx512(); break;
+    case CpuIsa::avx2: plan.kernel = cpu_tile_kernel_avx2(); break;
+    default: plan.kernel = cpu_tile_kernel_portable(); break;
   }
+  plan.config = cpu_tile_config(plan.family);
+  plan.geometry = packed_geometry(plan.family, p.dim, p.dim_v);
+  plan.blocks = (p.len_k + plan.config.block_k - 1) / plan.config.block_k;
+  plan.k_head_elems = plan.blocks * plan.geometry.k_block_elems;
+  plan.v_head_elems = plan.blocks * plan.geometry.v_block_elems;
+  return plan;
 }
 
 // Returns `count` contiguous elements of storage type `dtype` as f32: a pointer into the source
@@ -66,42 +87,55 @@ void store_row(void* base, DType dtype, std::int64_t offset, std::int64_t count,
   }
 }
 
-struct Geometry {
-  std::int64_t blocks;         // key blocks per head
-  std::int64_t dim_v_padded;
-  std::int64_t k_head_floats;  // packed K of one (batch, kv head)
-  std::int64_t v_head_floats;
-};
+const void* k_row(const AttnParams& p, std::int64_t b, std::int64_t key, std::int64_t kv_head) {
+  return static_cast<const char*>(p.k) +
+         (b * p.k_stride_b + key * p.k_stride_l + kv_head * p.k_stride_h) * size_of(p.dtype);
+}
+const void* v_row(const AttnParams& p, std::int64_t b, std::int64_t key, std::int64_t kv_head) {
+  return static_cast<const char*>(p.v) +
+         (b * p.v_stride_b + key * p.v_stride_l + kv_head * p.v_stride_h) * size_of(p.dtype);
+}
 
-// Packs key block kb of (b, kv_head) in the layouts of tile_config.hpp: K transposed into
-// panels of [D][k_panel], V into panels of [block_k][v_panel]; zero beyond Lk and Dv.
-void pack_block(const AttnParams& p, const Geometry& g, std::int64_t b, std::int64_t kv_head,
-                std::int64_t kb, float* k_dst, float* v_dst, float* row_buffer) {
-  constexpr std::int64_t k_panel = cpu_tile_config().k_panel, v_panel = cpu_tile_config().v_panel;
-  const std::int64_t D = p.dim, Dv = p.dim_v, dvp = g.dim_v_padded;
-  for (std::int64_t c = 0; c < kBlockK; ++c) {
-    const std::int64_t key = kb * kBlockK + c;
+// f32 family: K transposed into panels of [D][k_panel], V into panels of [block_k][v_panel].
+void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::int64_t kv_head,
+                    std::int64_t kb, float* k_dst, float* v_dst, float* row_buffer) {
+  const std::int64_t block_k = plan.config.block_k, k_panel = plan.config.k_panel,
+                     v_panel = plan.config.v_panel;
+  const std::int64_t D = p.dim, Dv = p.dim_v, dvp = plan.geometry.dim_v_padded;
+  for (std::int64_t c = 0; c < block_k; ++c) {
+    const std::int64_t key = kb * block_k + c;
     const bool valid = key < p.len_k;
     float* k_col = k_dst + (c / k_panel) * D * k_panel + c % k_panel;
-    if (valid) {
-      const float* k_row = row_as_f32(
-          p.k, p.dtype, b * p.k_stride_b + key * p.k_stride_l + kv_head * p.k_stride_h, D,
-          row_buffer);
-      for (std::int64_t d = 0; d < D; ++d) k_col[d * k_panel] = k_row[d];
-    } else {
-      for (std::int64_t d = 0; d < D; ++d) k_col[d * k_panel] = 0.0f;
-    }
-    const float* v_row =
-        valid ? row_as_f32(p.v, p.dtype,
-                           b * p.v_stride_b + key * p.v_stride_l + kv_head * p.v_stride_h, Dv,
-                           row_buffer)
-              : nullptr;
+    const float* k_src = valid ? row_as_f32(k_row(p, b, key, kv_head), p.dtype, 0, D, row_buffer)
+                               : nullptr;
+    for (std::int64_t d = 0; d < D; ++d) k_col[d * k_panel] = valid ? k_src[d] : 0.0f;
+    const float* v_src = valid ? row_as_f32(v_row(p, b, key, kv_head), p.dtype, 0, Dv, row_buffer)
+                               : nullptr;
     for (std::int64_t c0 = 0; c0 < dvp; c0 += v_panel) {
       const std::int64_t width = std::min(v_panel, dvp - c0);
-      float* dst = v_dst + kBlockK * c0 + c * width;
+      float* dst = v_dst + block_k * c0 + c * width;
       for (std::int64_t d = 0; d < width; ++d)
-        dst[d] = valid && c0 + d < Dv ? v_row[c0 + d] : 0.0f;
+        dst[d] = valid && c0 + d < Dv ? v_src[c0 + d] : 0.0f;
     }
+  }
+}
+
+// amx family (bf16 storage): K as [D/2][block_k][2], V as [block_k/2][Dv][2] (pairs along the
+// reduction dimension, as AMX's B operand wants them).
+void pack_block_amx(const AttnParams& p, const Plan& plan, std::int64_t b, std::int64_t kv_head,
+                    std::int64_t kb, std::uint16_t* k_dst, std::uint16_t* v_dst) {
+  const std::int64_t block_k = plan.config.block_k;
+  const std::int64_t dvp = plan.geometry.dim_v_padded;
+  std::fill_n(k_dst, plan.geometry.k_block_elems, std::uint16_t{0});
+  std::fill_n(v_dst, plan.geometry.v_block_elems, std::uint16_t{0});
+  for (std::int64_t c = 0; c < block_k; ++c) {
+    const std::int64_t key = kb * block_k + c;
+    if (key >= p.len_k) break;
+    const auto* k_src = static_cast<const std::uint16_t*>(k_row(p, b, key, kv_head));
+    for (std::int64_t d = 0; d < p.dim; ++d) k_dst[((d / 2) * block_k + c) * 2 + d % 2] = k_src[d];
+    const auto* v_src = static_cast<const std::uint16_t*>(v_row(p, b, key, kv_head));
+    std::uint16_t* v_pairs = v_dst + (c / 2) * dvp * 2 + c % 2;
+    for (std::int64_t d = 0; d < p.dim_v; ++d) v_pairs[d * 2] = v_src[d];
   }
 }
 
@@ -113,21 +147,35 @@ struct WorkItem {
 };
 
 struct ThreadScratch {
-  std::vector<float> q, scores, out, row_max, row_sum, row_scale, lse, pack_row;
+  std::vector<float> q_f32, scores, out, row_max, row_sum, row_scale, lse, pack_row;
+  std::vector<std::uint16_t> q_bf16, probs_bf16;
   std::vector<std::int64_t> key_first, key_last;
 
-  explicit ThreadScratch(const AttnParams& p, std::int64_t dvp)
-      : q(static_cast<std::size_t>(kBlockQ * p.dim)),
-        scores(static_cast<std::size_t>(kBlockQ * kBlockK)),
-        out(static_cast<std::size_t>(kBlockQ * dvp)),
-        row_max(kBlockQ), row_sum(kBlockQ), row_scale(kBlockQ), lse(kBlockQ),
-        pack_row(static_cast<std::size_t>(std::max(p.dim, p.dim_v))), key_first(kBlockQ), key_last(kBlockQ) {}
+  ThreadScratch(const AttnParams& p, const Plan& plan) {
+    const std::int64_t bq = plan.config.block_q, bk = plan.config.block_k;
+    const auto n = [](std::int64_t x) { return static_cast<std::size_t>(x); };
+    if (plan.family == KernelFamily::amx) {
+      q_bf16.assign(n(bq * plan.geometry.dim_padded), 0);
+      probs_bf16.assign(n(bq * bk), 0);
+    } else {
+      q_f32.resize(n(bq * p.dim));
+    }
+    scores.resize(n(bq * bk));
+    out.resize(n(bq * plan.geometry.dim_v_padded));
+    row_max.resize(n(bq));
+    row_sum.resize(n(bq));
+    row_scale.resize(n(bq));
+    lse.resize(n(bq));
+    pack_row.resize(n(std::max(p.dim, p.dim_v)));
+    key_first.resize(n(bq));
+    key_last.resize(n(bq));
+  }
 };
 
 // Key blocks [begin, end) touched by query rows [row_begin, row_end), and each row's range.
-void row_ranges(const AttnParams& p, std::int64_t b, std::int64_t row_begin, std::int64_t row_end,
-                std::int64_t* first, std::int64_t* last, std::int64_t& block_begin,
-                std::int64_t& block_end) {
+void row_ranges(const AttnParams& p, std::int64_t block_k, std::int64_t b, std::int64_t row_begin,
+                std::int64_t row_end, std::int64_t* first, std::int64_t* last,
+                std::int64_t& block_begin, std::int64_t& block_end) {
   std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = 0;
   for (std::int64_t i = row_begin; i < row_end; ++i) {
     const KeyRange range = visible_keys(p, b, i);
@@ -142,29 +190,46 @@ void row_ranges(const AttnParams& p, std::int64_t b, std::int64_t row_begin, std
     block_begin = block_end = 0;
     return;
   }
-  block_begin = lo / kBlockK;
-  block_end = (hi + kBlockK - 1) / kBlockK;
+  block_begin = lo / block_k;
+  block_end = (hi + block_k - 1) / block_k;
 }
 
-void run_tile(const AttnParams& p, const Geometry& g, TileKernel kernel, const float* k_packed,
-              const float* v_packed, std::int64_t b, const WorkItem& w, ThreadScratch& s) {
+// Loads the tile's queries in the family's layout (see tile_config.hpp).
+void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const WorkItem& w,
+                 ThreadScratch& s) {
   const std::int64_t rows = w.row_end - w.row_begin, D = p.dim, h = w.head;
-  for (std::int64_t r = 0; r < rows; ++r) {  // transposed: [D][block_q]
-    const float* q_row = row_as_f32(
-        p.q, p.dtype, b * p.q_stride_b + (w.row_begin + r) * p.q_stride_l + h * p.q_stride_h, D,
-        s.pack_row.data());
-    for (std::int64_t d = 0; d < D; ++d) s.q[d * kBlockQ + r] = q_row[d];
+  const std::int64_t bq = plan.config.block_q;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t offset =
+        b * p.q_stride_b + (w.row_begin + r) * p.q_stride_l + h * p.q_stride_h;
+    if (plan.family == KernelFamily::amx) {
+      std::memcpy(s.q_bf16.data() + r * plan.geometry.dim_padded,
+                  static_cast<const std::uint16_t*>(p.q) + offset, D * sizeof(std::uint16_t));
+    } else {
+      const float* q_row = row_as_f32(p.q, p.dtype, offset, D, s.pack_row.data());
+      for (std::int64_t d = 0; d < D; ++d) s.q_f32[d * bq + r] = q_row[d];
+    }
   }
+  if (plan.family == KernelFamily::amx)  // rows past the end stay zero (padding of the last tile)
+    std::fill(s.q_bf16.begin() + rows * plan.geometry.dim_padded, s.q_bf16.end(), 0);
+}
+
+void run_tile(const AttnParams& p, const Plan& plan, const void* k_packed, const void* v_packed,
+              std::int64_t b, const WorkItem& w, ThreadScratch& s) {
+  const std::int64_t rows = w.row_end - w.row_begin, h = w.head;
+  load_q_tile(p, plan, b, w, s);
 
   TileJob job{};
   job.rows = rows;
-  job.dim = D;
-  job.dim_v_padded = g.dim_v_padded;
-  job.q = s.q.data();
+  job.dim = p.dim;
+  job.dim_padded = plan.geometry.dim_padded;
+  job.dim_v_padded = plan.geometry.dim_v_padded;
+  job.q = plan.family == KernelFamily::amx ? static_cast<const void*>(s.q_bf16.data())
+                                           : static_cast<const void*>(s.q_f32.data());
   job.k_packed = k_packed;
   job.v_packed = v_packed;
-  row_ranges(p, b, w.row_begin, w.row_end, s.key_first.data(), s.key_last.data(), job.block_begin,
-             job.block_end);
+  row_ranges(p, plan.config.block_k, b, w.row_begin, w.row_end, s.key_first.data(),
+             s.key_last.data(), job.block_begin, job.block_end);
   job.key_first = s.key_first.data();
   job.key_last = s.key_last.data();
   job.scale = p.scale;
@@ -188,48 +253,55 @@ void run_tile(const AttnParams& p, const Geometry& g, TileKernel kernel, const f
   job.row_max = s.row_max.data();
   job.row_sum = s.row_sum.data();
   job.row_scale = s.row_scale.data();
-  kernel(job);
+  job.probs_bf16 = s.probs_bf16.data();
+  plan.kernel(job);
 
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t i = w.row_begin + r;
     store_row(p.out, p.out_dtype, b * p.o_stride_b + i * p.o_stride_l + h * p.o_stride_h,
-              p.dim_v, s.out.data() + r * g.dim_v_padded);
-    if (p.lse != nullptr) p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] = s.lse[r];
+              p.dim_v, s.out.data() + r * plan.geometry.dim_v_padded);
+    if (p.lse != nullptr)
+      p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] = s.lse[r];
   }
 }
 
 }  // namespace
 
 void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
-  const TileKernel kernel = select_kernel(select_cpu_isa(isa_cap));
-  Geometry g{};
-  g.blocks = (p.len_k + kBlockK - 1) / kBlockK;
-  g.dim_v_padded = padded_dim_v(p.dim_v);
-  g.k_head_floats = g.blocks * packed_k_block_floats(p.dim);
-  g.v_head_floats = g.blocks * packed_v_block_floats(p.dim_v);
+  const Plan plan = make_plan(p, select_cpu_isa(isa_cap));
+  const std::int64_t block_q = plan.config.block_q;
+  const std::int64_t elem = plan.geometry.element_bytes;
   const std::int64_t pairs = p.batch * p.heads_kv;
   const std::int64_t head_bytes =
-      std::max<std::int64_t>(1, (g.k_head_floats + g.v_head_floats) * 4);
+      std::max<std::int64_t>(1, (plan.k_head_elems + plan.v_head_elems) * elem);
   const std::int64_t pairs_per_phase =
-      std::clamp<std::int64_t>(cpu_tile_config().pack_budget_bytes / head_bytes, 1, pairs);
-  std::vector<float> k_packed(static_cast<std::size_t>(pairs_per_phase * g.k_head_floats));
-  std::vector<float> v_packed(static_cast<std::size_t>(pairs_per_phase * g.v_head_floats));
+      std::clamp<std::int64_t>(plan.config.pack_budget_bytes / head_bytes, 1, pairs);
+  // Packed K/V of one phase, as raw bytes in the family's element type (64-byte aligned rows are
+  // not required by either family).
+  std::vector<float> packed(static_cast<std::size_t>(
+      (pairs_per_phase * (plan.k_head_elems + plan.v_head_elems) * elem + 3) / 4));
+  char* const k_base = reinterpret_cast<char*>(packed.data());
+  char* const v_base = k_base + pairs_per_phase * plan.k_head_elems * elem;
   std::vector<WorkItem> work;
-  const std::int64_t q_tiles = (p.len_q + kBlockQ - 1) / kBlockQ;
+  const std::int64_t q_tiles = (p.len_q + block_q - 1) / block_q;
 
 #pragma omp parallel num_threads(resolve_threads(threads))
   {
-    ThreadScratch scratch(p, g.dim_v_padded);
+    ThreadScratch scratch(p, plan);
     for (std::int64_t phase = 0; phase < pairs; phase += pairs_per_phase) {
       const std::int64_t phase_pairs = std::min(pairs_per_phase, pairs - phase);
 #pragma omp for schedule(static)
-      for (std::int64_t item = 0; item < phase_pairs * g.blocks; ++item) {
-        const std::int64_t local = item / g.blocks, kb = item % g.blocks;
-        const std::int64_t pair = phase + local;
-        pack_block(p, g, pair / p.heads_kv, pair % p.heads_kv, kb,
-                   k_packed.data() + local * g.k_head_floats + kb * packed_k_block_floats(p.dim),
-                   v_packed.data() + local * g.v_head_floats + kb * packed_v_block_floats(p.dim_v),
-                   scratch.pack_row.data());
+      for (std::int64_t item = 0; item < phase_pairs * plan.blocks; ++item) {
+        const std::int64_t local = item / plan.blocks, kb = item % plan.blocks;
+        const std::int64_t pair = phase + local, b = pair / p.heads_kv, kv = pair % p.heads_kv;
+        char* k_dst = k_base + (local * plan.k_head_elems + kb * plan.geometry.k_block_elems) * elem;
+        char* v_dst = v_base + (local * plan.v_head_elems + kb * plan.geometry.v_block_elems) * elem;
+        if (plan.family == KernelFamily::amx)
+          pack_block_amx(p, plan, b, kv, kb, reinterpret_cast<std::uint16_t*>(k_dst),
+                         reinterpret_cast<std::uint16_t*>(v_dst));
+        else
+          pack_block_f32(p, plan, b, kv, kb, reinterpret_cast<float*>(k_dst),
+                         reinterpret_cast<float*>(v_dst), scratch.pack_row.data());
       }
 #pragma omp single
       {
@@ -238,26 +310,26 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
           const std::int64_t pair = phase + local, b = pair / p.heads_kv;
           const std::int64_t kv_head = pair % p.heads_kv;
           for (std::int64_t t = 0; t < q_tiles; ++t) {
-            WorkItem w{local, 0, t * kBlockQ, std::min(p.len_q, (t + 1) * kBlockQ), 0};
+            WorkItem w{local, 0, t * block_q, std::min(p.len_q, (t + 1) * block_q), 0};
             std::int64_t block_begin = 0, block_end = 0;
-            row_ranges(p, b, w.row_begin, w.row_end, scratch.key_first.data(),
-                       scratch.key_last.data(), block_begin, block_end);
+            row_ranges(p, plan.config.block_k, b, w.row_begin, w.row_end,
+                       scratch.key_first.data(), scratch.key_last.data(), block_begin, block_end);
             w.cost = block_end - block_begin;
-            for (std::int64_t g_head = 0; g_head < p.heads_per_kv; ++g_head) {
-              w.head = kv_head * p.heads_per_kv + g_head;
+            for (std::int64_t g = 0; g < p.heads_per_kv; ++g) {
+              w.head = kv_head * p.heads_per_kv + g;
               work.push_back(w);
             }
           }
         }
         std::stable_sort(work.begin(), work.end(),
-                         [](const WorkItem& a, const WorkItem& b) { return a.cost > b.cost; });
+                         [](const WorkItem& a, const WorkItem& c) { return a.cost > c.cost; });
       }
 #pragma omp for schedule(dynamic, 1)
       for (std::size_t w = 0; w < work.size(); ++w) {
         const WorkItem& item = work[w];
         const std::int64_t b = (phase + item.pair) / p.heads_kv;
-        run_tile(p, g, kernel, k_packed.data() + item.pair * g.k_head_floats,
-                 v_packed.data() + item.pair * g.v_head_floats, b, item, scratch);
+        run_tile(p, plan, k_base + item.pair * plan.k_head_elems * elem,
+                 v_base + item.pair * plan.v_head_elems * elem, b, item, scratch);
       }
     }
   }

@@ -14,14 +14,11 @@
 namespace tileattn::detail::TILEATTN_ISA_NAMESPACE {
 namespace {
 
-constexpr int kLanes = VecF::lanes;
+#include "cpu/online_softmax.inl"
+
 constexpr std::int64_t kBlockQ = cpu_tile_config().block_q;
-constexpr std::int64_t kBlockK = cpu_tile_config().block_k;
 constexpr std::int64_t kPanelK = cpu_tile_config().k_panel;
 constexpr std::int64_t kPanelV = cpu_tile_config().v_panel;
-constexpr float kLog2e = 1.44269504088896340736f;
-constexpr float kLn2 = 0.69314718055994530942f;
-constexpr float kNegInf = -__builtin_inff();
 
 // Register blocking: the S micro-tile is kQkRows x one K panel (kQkVecs vectors); the O
 // micro-tile is kPvRows x kPvVecs vectors.
@@ -41,7 +38,6 @@ inline void with_rows(std::int64_t rows, F&& f) {
   }(std::make_integer_sequence<int, MaxRows>{});
 }
 
-// scores[r][col0 .. col0 + 2*kLanes) = q[r] . k[col] for r < Rows.
 // scores[r][col0 .. col0 + kPanelK) = q[r] . k[col] for r < Rows. q is the transposed Q tile
 // ([dim][block_q]) offset to the first row, so that the Rows broadcasts of one d come from one
 // cache line; k_panel is one contiguous [dim][kPanelK] panel.
@@ -70,10 +66,10 @@ void scores_block(const TileJob& job, const float* k_block) {
     const float* panel = k_block + col0 * job.dim;
     std::int64_t r0 = 0;
     for (; r0 + kQkRows <= job.rows; r0 += kQkRows)
-      qk_micro<kQkRows>(job.q + r0, job.dim, panel, col0, job.scores + r0 * kBlockK);
+      qk_micro<kQkRows>(static_cast<const float*>(job.q) + r0, job.dim, panel, col0, job.scores + r0 * kBlockK);
     if (r0 < job.rows)
       with_rows<kQkRows - 1>(job.rows - r0, [&]<int R>() {
-        qk_micro<R>(job.q + r0, job.dim, panel, col0, job.scores + r0 * kBlockK);
+        qk_micro<R>(static_cast<const float*>(job.q) + r0, job.dim, panel, col0, job.scores + r0 * kBlockK);
       });
   }
 }
@@ -130,113 +126,15 @@ void accumulate_block(const TileJob& job, const float* v_block) {
   }
 }
 
-// Turns one row of raw dot products into log2-unit scores: scale, softcap, ALiBi, additive
-// mask, then -inf outside [first, last) and where the boolean mask is false.
-void modify_row(const TileJob& job, std::int64_t r, std::int64_t key0, bool needs_masking,
-                float* row) {
-  const std::int64_t first = job.key_first[r], last = job.key_last[r];
-  const VecF scale_log2 = splat(job.scale_log2);
-  const bool capped = job.softcap > 0.0f;
-  const float two_log2e_over_cap = capped ? 2.0f * kLog2e / job.softcap : 0.0f;
-  const VecF alibi_slope_log2 = splat(job.alibi_slope * kLog2e);
-  const float alibi_pos = static_cast<float>(job.alibi_pos0 + r - key0);
-  for (std::int64_t c = 0; c < kBlockK; c += kLanes) {
-    VecF s = load(row + c);
-    if (capped)
-      s = mul(softcap(mul(s, splat(job.scale)), job.softcap, two_log2e_over_cap), splat(kLog2e));
-    else
-      s = mul(s, scale_log2);
-    if (job.alibi_slope != 0.0f) {
-      // |pos(i) - j| with j = key0 + c + lane.
-      const VecF distance =
-          vabs(sub(splat(alibi_pos - static_cast<float>(c)), lane_index()));
-      s = sub(s, mul(alibi_slope_log2, distance));
-    }
-    if (needs_masking) s = mask_outside(s, key0 + c, first, last);
-    store(row + c, s);
-  }
-  if (job.additive_mask != nullptr || job.bool_mask != nullptr) {
-    const std::int64_t stride_k = job.mask_stride_k;
-    const std::int64_t end = (last < key0 + kBlockK ? last : key0 + kBlockK) - key0;
-    const std::int64_t begin = (first > key0 ? first : key0) - key0;
-    if (job.additive_mask != nullptr) {
-      const float* m = job.additive_mask + r * job.mask_stride_q + key0 * stride_k;
-      for (std::int64_t c = begin; c < end; ++c) row[c] += m[c * stride_k] * kLog2e;
-    } else {
-      const std::uint8_t* m = job.bool_mask + r * job.mask_stride_q + key0 * stride_k;
-      for (std::int64_t c = begin; c < end; ++c)
-        if (m[c * stride_k] == 0) row[c] = kNegInf;
-    }
-  }
-}
-
-// Online softmax for one row of scores already in log2 units once multiplied by `multiplier`
-// (> 0; 1 for rows that modify_row has scaled, scale * log2(e) for plain rows, so that the
-// scaling folds into the exponent's FMA). Updates the running max and sum, turns the scores
-// into probabilities exp2(multiplier * s - max) in place and records the accumulator's rescale
-// factor.
-inline void softmax_row(const TileJob& job, std::int64_t r, float multiplier, float* row) {
-  VecF m = load(row);
-  for (std::int64_t c = kLanes; c < kBlockK; c += kLanes) m = vmax(m, load(row + c));
-  const float block_max = reduce_max(m) * multiplier;
-  const float old_max = job.row_max[r];
-  const float new_max = block_max > old_max ? block_max : old_max;
-  if (new_max == kNegInf) {  // nothing visible yet: probabilities are 0, accumulator stays 0
-    for (std::int64_t c = 0; c < kBlockK; c += kLanes) store(row + c, zero());
-    job.row_scale[r] = 1.0f;
-    return;
-  }
-  const VecF scale = splat(multiplier), shift = splat(-new_max);
-  VecF sum = zero();
-  for (std::int64_t c = 0; c < kBlockK; c += kLanes) {
-    const VecF prob = exp2_nonpositive(fma(load(row + c), scale, shift));
-    sum = add(sum, prob);
-    store(row + c, prob);
-  }
-  const float alpha = old_max == kNegInf ? 0.0f : __builtin_exp2f(old_max - new_max);
-  job.row_scale[r] = alpha;
-  job.row_sum[r] = job.row_sum[r] * alpha + reduce_add(sum);
-  job.row_max[r] = new_max;
-}
-
 void attend_tile(const TileJob& job) {
-  const std::int64_t rows = job.rows, dvp = job.dim_v_padded;
-  std::int64_t max_first = 0, min_last = INT64_MAX;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    job.row_max[r] = kNegInf;
-    job.row_sum[r] = 0.0f;
-    for (std::int64_t c = 0; c < dvp; ++c) job.out[r * dvp + c] = 0.0f;
-    max_first = job.key_first[r] > max_first ? job.key_first[r] : max_first;
-    min_last = job.key_last[r] < min_last ? job.key_last[r] : min_last;
-  }
-  // Plain rows (no modification, no masking, positive scale) fold the scale into the softmax.
-  const bool has_mods = job.softcap > 0.0f || job.alibi_slope != 0.0f || job.scale_log2 <= 0.0f;
-  const bool has_mask = job.bool_mask != nullptr || job.additive_mask != nullptr;
-
+  const std::int64_t dvp = job.dim_v_padded;
+  const TileBounds bounds = begin_tile(job);
   for (std::int64_t kb = job.block_begin; kb < job.block_end; ++kb) {
-    const std::int64_t key0 = kb * kBlockK;
-    scores_block(job, job.k_packed + kb * job.dim * kBlockK);
-    // Blocks entirely inside every row's visible range skip element-wise range masking.
-    const bool interior = key0 >= max_first && key0 + kBlockK <= min_last;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      float* row = job.scores + r * kBlockK;
-      if (!interior || has_mods || has_mask) {
-        modify_row(job, r, key0, !interior, row);
-        softmax_row(job, r, 1.0f, row);
-      } else {
-        softmax_row(job, r, job.scale_log2, row);
-      }
-    }
-    accumulate_block(job, job.v_packed + kb * kBlockK * dvp);
+    scores_block(job, static_cast<const float*>(job.k_packed) + kb * job.dim * kBlockK);
+    softmax_block(job, bounds, kb * kBlockK);
+    accumulate_block(job, static_cast<const float*>(job.v_packed) + kb * kBlockK * dvp);
   }
-
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float sum = job.row_sum[r];
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    float* o = job.out + r * dvp;
-    for (std::int64_t c = 0; c < dvp; c += kLanes) store(o + c, mul(load(o + c), splat(inv)));
-    job.lse[r] = sum > 0.0f ? (job.row_max[r] + __builtin_log2f(sum)) * kLn2 : kNegInf;
-  }
+  finish_tile(job);
 }
 
 }  // namespace

@@ -7,8 +7,27 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace tileattn::detail {
+namespace {
+
+// Linux hands out the AMX tile-data state only on request (arch_prctl ARCH_REQ_XCOMP_PERM).
+bool request_amx_permission() noexcept {
+#if defined(__linux__) && defined(__x86_64__)
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return granted;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
 
 CpuIsa detect_cpu_isa() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -28,6 +47,10 @@ CpuIsa detect_cpu_isa() noexcept {
   __get_cpuid_count(7, 1, &eax1, &ebx1, &ecx1, &edx1);
   const bool avx512_bf16 = (eax1 >> 5) & 1u;
   const bool has_avx512 = os_avx512 && avx512f && avx512dq && avx512bw && avx512vl && fma && f16c;
+  const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
+  const bool os_amx = (xcr0_lo & 0x60000u) == 0x60000u;  // XTILECFG + XTILEDATA
+  if (has_avx512 && avx512_bf16 && amx_bf16 && amx_tile && os_amx && request_amx_permission())
+    return CpuIsa::amx_bf16;
   if (has_avx512 && avx512_bf16) return CpuIsa::avx512_bf16;
   if (has_avx512) return CpuIsa::avx512;
   if (os_avx && avx2 && fma && f16c) return CpuIsa::avx2;

@@ -14,13 +14,17 @@ namespace tileattn::detail {
 
 // One query tile of one (batch, head): everything the compute kernel needs, precomputed.
 struct TileJob {
-  std::int64_t rows;         // query rows in the tile (<= block_q)
-  std::int64_t dim;          // D
-  std::int64_t dim_v_padded; // Dv rounded up (packed V row length and out row length)
+  std::int64_t rows;          // query rows in the tile (<= block_q)
+  std::int64_t dim;           // D
+  std::int64_t dim_padded;    // D rounded up (packed K and Q tile)
+  std::int64_t dim_v_padded;  // Dv rounded up (packed V row length and out row length)
 
-  const float* q;        // [dim][block_q]: the tile's queries in f32, transposed
-  const float* k_packed; // per key block: panels of [dim][k_panel] (K transposed), 0 beyond Lk
-  const float* v_packed; // per key block: panels of [block_k][v_panel], 0 beyond Lk and Dv
+  // Layouts per kernel family (tile_config.hpp): f32 [dim][block_q] transposed; amx
+  // [block_q][dim_padded] bf16 with rows beyond `rows` zero.
+  const void* q;
+  // Packed K and V of the (batch, kv head), block after block, zero beyond Lk, D and Dv.
+  const void* k_packed;
+  const void* v_packed;
   std::int64_t block_begin, block_end;  // key blocks to visit
 
   // Keys visible to each row by causal/window/key length: [key_first[r], key_last[r]).
@@ -47,10 +51,12 @@ struct TileJob {
   float* row_max;    // [block_q]
   float* row_sum;    // [block_q]
   float* row_scale;  // [block_q]
+  std::uint16_t* probs_bf16;  // amx: [block_q][block_k], rows beyond `rows` zero
 };
 
 using TileKernel = void (*)(const TileJob& job);
 
+TileKernel cpu_tile_kernel_amx_bf16();
 TileKernel cpu_tile_kernel_portable();
 TileKernel cpu_tile_kernel_avx2();
 TileKernel cpu_tile_kernel_avx512();

@@ -1,4 +1,4 @@
-// Every tile and block choice of the CPU flash kernel lives here; the driver, the kernels, the
+// Every tile and block choice of the CPU flash kernels lives here; the driver, the kernels, the
 // benchmark and the docs all read it.
 #pragma once
 
@@ -6,32 +6,49 @@
 
 namespace tileattn::detail {
 
+constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+
+// The two kernel families and their packed layouts.
+//   f32: K transposed into panels of [D][k_panel] f32, V into panels of [block_k][v_panel] f32,
+//        the Q tile transposed ([D][block_q] f32). Any storage dtype (converted when packing).
+//   amx: bf16 storage only. K as [D/2][block_k][2] and V as [block_k/2][Dv][2] bf16 (the VNNI
+//        pair layout of AMX's B operand), the Q tile as [block_q][D] bf16; D and Dv padded to 32.
+enum class KernelFamily { f32, amx };
+
 struct CpuTileConfig {
-  // (the panel widths are fixed across ISAs so that packing is ISA-neutral)
-  std::int64_t block_q;   // query rows per work item (one thread's Q tile)
-  std::int64_t block_k;   // keys per streamed K/V block
-  std::int64_t dv_align;  // Dv is padded to a multiple of this in packed V and the O tile
-  std::int64_t k_panel;   // keys per contiguous panel of packed K ([D][k_panel] each)
-  std::int64_t v_panel;   // Dv columns per contiguous panel of packed V ([block_k][v_panel] each)
+  std::int64_t block_q;  // query rows per work item (one thread's Q tile)
+  std::int64_t block_k;  // keys per streamed K/V block
+  std::int64_t d_align;  // D padded to a multiple of this in packed K and the Q tile
+  std::int64_t dv_align; // Dv padded to a multiple of this in packed V and the O tile
+  std::int64_t k_panel;  // f32: keys per contiguous panel of packed K (fixed across ISAs)
+  std::int64_t v_panel;  // f32: Dv columns per contiguous panel of packed V
   // Budget for K/V packed at once: heads are packed in groups up to this size so that small
   // heads still give every thread work, while one huge head costs only its own packed copy.
   std::int64_t pack_budget_bytes;
 };
 
-constexpr CpuTileConfig cpu_tile_config() { return {48, 64, 16, 32, 64, 16ll << 20}; }
-
-constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
-
-// Floats in one packed K block (K transposed, as block_k / k_panel panels of [D][k_panel]) and
-// one packed V block (Dv padded, as panels of [block_k][v_panel]; the last panel may be narrower).
-constexpr std::int64_t packed_k_block_floats(std::int64_t dim) {
-  return dim * cpu_tile_config().block_k;
+constexpr CpuTileConfig cpu_tile_config(KernelFamily family = KernelFamily::f32) {
+  if (family == KernelFamily::amx) return {64, 64, 32, 32, 0, 0, 16ll << 20};
+  return {48, 64, 1, 16, 32, 64, 16ll << 20};
 }
-constexpr std::int64_t padded_dim_v(std::int64_t dim_v) {
-  return round_up(dim_v, cpu_tile_config().dv_align);
-}
-constexpr std::int64_t packed_v_block_floats(std::int64_t dim_v) {
-  return cpu_tile_config().block_k * padded_dim_v(dim_v);
+
+// Sizes of the packed buffers, in elements of the family's packed type (f32 or bf16).
+struct PackedGeometry {
+  std::int64_t dim_padded, dim_v_padded;
+  std::int64_t k_block_elems, v_block_elems;  // one key block
+  std::int64_t element_bytes;
+};
+
+constexpr PackedGeometry packed_geometry(KernelFamily family, std::int64_t dim,
+                                         std::int64_t dim_v) {
+  const CpuTileConfig c = cpu_tile_config(family);
+  PackedGeometry g{};
+  g.dim_padded = round_up(dim, c.d_align);
+  g.dim_v_padded = round_up(dim_v, c.dv_align);
+  g.k_block_elems = g.dim_padded * c.block_k;
+  g.v_block_elems = c.block_k * g.dim_v_padded;
+  g.element_bytes = family == KernelFamily::amx ? 2 : 4;
+  return g;
 }
 
 }  // namespace tileattn::detail

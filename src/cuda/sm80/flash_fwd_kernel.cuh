@@ -151,14 +151,9 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
     cp_async_commit();
   }
 
-  // This thread's query rows: m-tile mt, half hh (rows g and g + 8 of the m16 tile).
+  // This thread's query rows: m-tile mt, half hh (rows g and g + 8 of the m16 tile). Their
+  // visible ranges are recomputed in edge blocks rather than held in registers.
   const int warp_row0 = warp * kRowsPerWarp;
-  int row_first[kMTiles][2], row_last[kMTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-      visible(m0 + warp_row0 + mt * 16 + g + 8 * hh, row_first[mt][hh], row_last[mt][hh]);
 
   float acc_o[kMTiles][kDTiles][4];  // (rows_per_warp, head_dim) in C fragments
   float row_max[kMTiles][2], row_sum[kMTiles][2];  // base-2 running max; partial sums (this lane)
@@ -229,13 +224,15 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
                                   : 0.0f;
           const std::int64_t mask_row =
               b * p.mask_stride_b + h * p.mask_stride_h + static_cast<std::int64_t>(i) * p.mask_stride_q;
+          int first, last;
+          visible(i, first, last);
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int j = n0 + nt * 8 + 2 * t + e;
               float& x = s[mt][nt][2 * hh + e];
-              if (i >= p.len_q || j < row_first[mt][hh] || j >= row_last[mt][hh]) {
+              if (i >= p.len_q || j < first || j >= last) {
                 x = -INFINITY;
                 continue;
               }
@@ -257,20 +254,30 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
             }
         }
     } else {
-      const bool edge_block = n0 < first_bottom || n0 + kBlockN > last_top;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float& x = s[mt][nt][e];
-            x *= p.scale_log2;
-            if (edge_block) {
-              const int j = n0 + nt * 8 + 2 * t + (e & 1);
-              if (j < row_first[mt][e >> 1] || j >= row_last[mt][e >> 1]) x = -INFINITY;
-            }
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] *= p.scale_log2;
+      if (n0 < first_bottom || n0 + kBlockN > last_top) {  // a block on a window/length edge
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            int first, last;
+            visible(m0 + warp_row0 + mt * 16 + g + 8 * hh, first, last);
+            first -= n0 + 2 * t;  // compare against the column offset within this lane's tile
+            last -= n0 + 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int j = nt * 8 + e;
+                if (j < first || j >= last) s[mt][nt][2 * hh + e] = -INFINITY;
+              }
           }
+      }
     }
 
     // Online softmax: new row max over the quad, rescale the running sum and O, P = 2^(x - max).

@@ -1,0 +1,132 @@
+// Score modification and online softmax over one key block of a query tile, shared by the f32
+// and the AMX kernels. Included inside an ISA namespace's anonymous namespace, after simd.hpp.
+//
+// Scores are kept in log2 units (scale * log2(e) folded in) so that the exponential is exp2.
+
+constexpr int kLanes = VecF::lanes;
+constexpr std::int64_t kBlockK = cpu_tile_config().block_k;
+static_assert(kBlockK == cpu_tile_config(KernelFamily::amx).block_k, "families share block_k");
+constexpr float kLog2e = 1.44269504088896340736f;
+constexpr float kLn2 = 0.69314718055994530942f;
+constexpr float kNegInf = -__builtin_inff();
+static_assert(kBlockK % kLanes == 0, "score rows hold whole vectors");
+
+// Turns one row of raw dot products into log2-unit scores: scale, softcap, ALiBi, additive
+// mask, then -inf outside [first, last) and where the boolean mask is false.
+void modify_row(const TileJob& job, std::int64_t r, std::int64_t key0, bool needs_masking,
+                float* row) {
+  const std::int64_t first = job.key_first[r], last = job.key_last[r];
+  const VecF scale_log2 = splat(job.scale_log2);
+  const bool capped = job.softcap > 0.0f;
+  const float two_log2e_over_cap = capped ? 2.0f * kLog2e / job.softcap : 0.0f;
+  const VecF alibi_slope_log2 = splat(job.alibi_slope * kLog2e);
+  const float alibi_pos = static_cast<float>(job.alibi_pos0 + r - key0);
+  for (std::int64_t c = 0; c < kBlockK; c += kLanes) {
+    VecF s = load(row + c);
+    if (capped)
+      s = mul(softcap(mul(s, splat(job.scale)), job.softcap, two_log2e_over_cap), splat(kLog2e));
+    else
+      s = mul(s, scale_log2);
+    if (job.alibi_slope != 0.0f) {
+      // |pos(i) - j| with j = key0 + c + lane.
+      const VecF distance =
+          vabs(sub(splat(alibi_pos - static_cast<float>(c)), lane_index()));
+      s = sub(s, mul(alibi_slope_log2, distance));
+    }
+    if (needs_masking) s = mask_outside(s, key0 + c, first, last);
+    store(row + c, s);
+  }
+  if (job.additive_mask != nullptr || job.bool_mask != nullptr) {
+    const std::int64_t stride_k = job.mask_stride_k;
+    const std::int64_t end = (last < key0 + kBlockK ? last : key0 + kBlockK) - key0;
+    const std::int64_t begin = (first > key0 ? first : key0) - key0;
+    if (job.additive_mask != nullptr) {
+      const float* m = job.additive_mask + r * job.mask_stride_q + key0 * stride_k;
+      for (std::int64_t c = begin; c < end; ++c) row[c] += m[c * stride_k] * kLog2e;
+    } else {
+      const std::uint8_t* m = job.bool_mask + r * job.mask_stride_q + key0 * stride_k;
+      for (std::int64_t c = begin; c < end; ++c)
+        if (m[c * stride_k] == 0) row[c] = kNegInf;
+    }
+  }
+}
+
+// Online softmax for one row of scores already in log2 units once multiplied by `multiplier`
+// (> 0; 1 for rows that modify_row has scaled, scale * log2(e) for plain rows, so that the
+// scaling folds into the exponent's FMA). Updates the running max and sum, turns the scores
+// into probabilities exp2(multiplier * s - max) in place and records the accumulator's rescale
+// factor.
+inline void softmax_row(const TileJob& job, std::int64_t r, float multiplier, float* row) {
+  VecF m = load(row);
+  for (std::int64_t c = kLanes; c < kBlockK; c += kLanes) m = vmax(m, load(row + c));
+  const float block_max = reduce_max(m) * multiplier;
+  const float old_max = job.row_max[r];
+  const float new_max = block_max > old_max ? block_max : old_max;
+  if (new_max == kNegInf) {  // nothing visible yet: probabilities are 0, accumulator stays 0
+    for (std::int64_t c = 0; c < kBlockK; c += kLanes) store(row + c, zero());
+    job.row_scale[r] = 1.0f;
+    return;
+  }
+  const VecF scale = splat(multiplier), shift = splat(-new_max);
+  VecF sum = zero();
+  for (std::int64_t c = 0; c < kBlockK; c += kLanes) {
+    const VecF prob = exp2_nonpositive(fma(load(row + c), scale, shift));
+    sum = add(sum, prob);
+    store(row + c, prob);
+  }
+  const float alpha = old_max == kNegInf ? 0.0f : __builtin_exp2f(old_max - new_max);
+  job.row_scale[r] = alpha;
+  job.row_sum[r] = job.row_sum[r] * alpha + reduce_add(sum);
+  job.row_max[r] = new_max;
+}
+
+// Per-tile facts that decide how much work each key block's rows need.
+struct TileBounds {
+  std::int64_t max_first, min_last;  // intersection of the rows' visible ranges
+  bool has_mods;  // softcap, ALiBi or a non-positive scale: every block goes through modify_row
+  bool has_mask;  // a mask tensor: every block goes through modify_row
+};
+
+// Resets the running statistics and the accumulator; returns the tile's bounds.
+inline TileBounds begin_tile(const TileJob& job) {
+  TileBounds t{0, INT64_MAX, false, false};
+  for (std::int64_t r = 0; r < job.rows; ++r) {
+    job.row_max[r] = kNegInf;
+    job.row_sum[r] = 0.0f;
+    for (std::int64_t c = 0; c < job.dim_v_padded; ++c) job.out[r * job.dim_v_padded + c] = 0.0f;
+    t.max_first = job.key_first[r] > t.max_first ? job.key_first[r] : t.max_first;
+    t.min_last = job.key_last[r] < t.min_last ? job.key_last[r] : t.min_last;
+  }
+  t.has_mods = job.softcap > 0.0f || job.alibi_slope != 0.0f || job.scale_log2 <= 0.0f;
+  t.has_mask = job.bool_mask != nullptr || job.additive_mask != nullptr;
+  return t;
+}
+
+// Turns the raw scores of the block starting at key0 (job.scores, [rows][block_k]) into
+// probabilities and per-row rescale factors.
+inline void softmax_block(const TileJob& job, const TileBounds& t, std::int64_t key0) {
+  // Blocks entirely inside every row's visible range skip element-wise range masking; plain
+  // ones also fold the scale into the exponent.
+  const bool interior = key0 >= t.max_first && key0 + kBlockK <= t.min_last;
+  for (std::int64_t r = 0; r < job.rows; ++r) {
+    float* row = job.scores + r * kBlockK;
+    if (!interior || t.has_mods || t.has_mask) {
+      modify_row(job, r, key0, !interior, row);
+      softmax_row(job, r, 1.0f, row);
+    } else {
+      softmax_row(job, r, job.scale_log2, row);
+    }
+  }
+}
+
+// Normalises the accumulated rows and writes the log-sum-exp (natural log).
+inline void finish_tile(const TileJob& job) {
+  const std::int64_t dvp = job.dim_v_padded;
+  for (std::int64_t r = 0; r < job.rows; ++r) {
+    const float sum = job.row_sum[r];
+    const VecF inv = splat(sum > 0.0f ? 1.0f / sum : 0.0f);
+    float* o = job.out + r * dvp;
+    for (std::int64_t c = 0; c < dvp; c += kLanes) store(o + c, mul(load(o + c), inv));
+    job.lse[r] = sum > 0.0f ? (job.row_max[r] + __builtin_log2f(sum)) * kLn2 : kNegInf;
+  }
+}
