@@ -12,6 +12,10 @@
 #include <limits>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "common/float_convert.hpp"
 #include "common/threads.hpp"
 #include "cpu/kernels.hpp"
@@ -28,22 +32,27 @@ struct Plan {
   std::int64_t blocks;           // key blocks per head
   std::int64_t k_head_elems;     // packed K of one (batch, kv head)
   std::int64_t v_head_elems;
+  bool f16c;  // hardware f16 conversion (every level from avx2 up)
 };
 
 Plan make_plan(const AttnParams& p, CpuIsa isa) {
   Plan plan{};
-  plan.family = isa == CpuIsa::amx_bf16 && p.dtype == DType::bf16 ? KernelFamily::amx
-                                                                    : KernelFamily::f32;
+  const bool bf16 = p.dtype == DType::bf16;
+  plan.family = KernelFamily::f32;
   switch (isa) {
     case CpuIsa::amx_bf16:
-      plan.kernel = plan.family == KernelFamily::amx ? cpu_tile_kernel_amx_bf16()
-                                                     : cpu_tile_kernel_avx512_bf16();
+      if (bf16) plan.family = KernelFamily::amx;
+      plan.kernel = bf16 ? cpu_tile_kernel_amx_bf16() : cpu_tile_kernel_avx512_bf16();
       break;
-    case CpuIsa::avx512_bf16: plan.kernel = cpu_tile_kernel_avx512_bf16(); break;
+    case CpuIsa::avx512_bf16:
+      if (bf16) plan.family = KernelFamily::bf16_dot;
+      plan.kernel = bf16 ? cpu_tile_kernel_avx512_bf16_dot() : cpu_tile_kernel_avx512_bf16();
+      break;
     case CpuIsa::avx512: plan.kernel = cpu_tile_kernel_avx512(); break;
     case CpuIsa::avx2: plan.kernel = cpu_tile_kernel_avx2(); break;
     default: plan.kernel = cpu_tile_kernel_portable(); break;
   }
+  plan.f16c = isa != CpuIsa::portable;
   plan.config = cpu_tile_config(plan.family);
   plan.geometry = packed_geometry(plan.family, p.dim, p.dim_v);
   plan.blocks = (p.len_k + plan.config.block_k - 1) / plan.config.block_k;
@@ -52,13 +61,40 @@ Plan make_plan(const AttnParams& p, CpuIsa isa) {
   return plan;
 }
 
+// f16 <-> f32 for whole rows. With F16C (every ISA level from avx2 up) the hardware converts
+// eight at a time; the portable level uses the scalar conversion.
+#if defined(__x86_64__)
+__attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const std::uint16_t* src, float* dst,
+                                                          std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
+}
+__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* src, std::uint16_t* dst,
+                                                          std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+#endif
+
 // Returns `count` contiguous elements of storage type `dtype` as f32: a pointer into the source
 // for f32, else converted into `buffer`.
 const float* row_as_f32(const void* base, DType dtype, std::int64_t offset, std::int64_t count,
-                        float* buffer) {
+                        float* buffer, bool f16c) {
   switch (dtype) {
     case DType::f16: {
       const auto* src = static_cast<const std::uint16_t*>(base) + offset;
+#if defined(__x86_64__)
+      if (f16c) {
+        f16_to_f32_f16c(src, buffer, count);
+        return buffer;
+      }
+#endif
       for (std::int64_t i = 0; i < count; ++i) buffer[i] = f16_to_f32(src[i]);
       return buffer;
     }
@@ -71,10 +107,17 @@ const float* row_as_f32(const void* base, DType dtype, std::int64_t offset, std:
   }
 }
 
-void store_row(void* base, DType dtype, std::int64_t offset, std::int64_t count, const float* src) {
+void store_row(void* base, DType dtype, std::int64_t offset, std::int64_t count, const float* src,
+               bool f16c) {
   switch (dtype) {
     case DType::f16: {
       auto* dst = static_cast<std::uint16_t*>(base) + offset;
+#if defined(__x86_64__)
+      if (f16c) {
+        f32_to_f16_f16c(src, dst, count);
+        break;
+      }
+#endif
       for (std::int64_t i = 0; i < count; ++i) dst[i] = f32_to_f16(src[i]);
       break;
     }
@@ -106,10 +149,10 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
     const std::int64_t key = kb * block_k + c;
     const bool valid = key < p.len_k;
     float* k_col = k_dst + (c / k_panel) * D * k_panel + c % k_panel;
-    const float* k_src = valid ? row_as_f32(k_row(p, b, key, kv_head), p.dtype, 0, D, row_buffer)
+    const float* k_src = valid ? row_as_f32(k_row(p, b, key, kv_head), p.dtype, 0, D, row_buffer, plan.f16c)
                                : nullptr;
     for (std::int64_t d = 0; d < D; ++d) k_col[d * k_panel] = valid ? k_src[d] : 0.0f;
-    const float* v_src = valid ? row_as_f32(v_row(p, b, key, kv_head), p.dtype, 0, Dv, row_buffer)
+    const float* v_src = valid ? row_as_f32(v_row(p, b, key, kv_head), p.dtype, 0, Dv, row_buffer, plan.f16c)
                                : nullptr;
     for (std::int64_t c0 = 0; c0 < dvp; c0 += v_panel) {
       const std::int64_t width = std::min(v_panel, dvp - c0);
@@ -120,9 +163,9 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
   }
 }
 
-// amx family (bf16 storage): K as [D/2][block_k][2], V as [block_k/2][Dv][2] (pairs along the
-// reduction dimension, as AMX's B operand wants them).
-void pack_block_amx(const AttnParams& p, const Plan& plan, std::int64_t b, std::int64_t kv_head,
+// amx and bf16_dot families (bf16 storage): K as [D/2][block_k][2], V as [block_k/2][Dv][2]
+// (pairs along the reduction dimension, as AMX's B operand and vdpbf16ps want them).
+void pack_block_pairs(const AttnParams& p, const Plan& plan, std::int64_t b, std::int64_t kv_head,
                     std::int64_t kb, std::uint16_t* k_dst, std::uint16_t* v_dst) {
   const std::int64_t block_k = plan.config.block_k;
   const std::int64_t dvp = plan.geometry.dim_v_padded;
@@ -154,7 +197,7 @@ struct ThreadScratch {
   ThreadScratch(const AttnParams& p, const Plan& plan) {
     const std::int64_t bq = plan.config.block_q, bk = plan.config.block_k;
     const auto n = [](std::int64_t x) { return static_cast<std::size_t>(x); };
-    if (plan.family == KernelFamily::amx) {
+    if (plan.family != KernelFamily::f32) {
       q_bf16.assign(n(bq * plan.geometry.dim_padded), 0);
       probs_bf16.assign(n(bq * bk), 0);
     } else {
@@ -205,8 +248,11 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
     if (plan.family == KernelFamily::amx) {
       std::memcpy(s.q_bf16.data() + r * plan.geometry.dim_padded,
                   static_cast<const std::uint16_t*>(p.q) + offset, D * sizeof(std::uint16_t));
+    } else if (plan.family == KernelFamily::bf16_dot) {  // [D/2][block_q][2]
+      const auto* src = static_cast<const std::uint16_t*>(p.q) + offset;
+      for (std::int64_t d = 0; d < D; ++d) s.q_bf16[((d / 2) * bq + r) * 2 + d % 2] = src[d];
     } else {
-      const float* q_row = row_as_f32(p.q, p.dtype, offset, D, s.pack_row.data());
+      const float* q_row = row_as_f32(p.q, p.dtype, offset, D, s.pack_row.data(), plan.f16c);
       for (std::int64_t d = 0; d < D; ++d) s.q_f32[d * bq + r] = q_row[d];
     }
   }
@@ -224,8 +270,8 @@ void run_tile(const AttnParams& p, const Plan& plan, const void* k_packed, const
   job.dim = p.dim;
   job.dim_padded = plan.geometry.dim_padded;
   job.dim_v_padded = plan.geometry.dim_v_padded;
-  job.q = plan.family == KernelFamily::amx ? static_cast<const void*>(s.q_bf16.data())
-                                           : static_cast<const void*>(s.q_f32.data());
+  job.q = plan.family == KernelFamily::f32 ? static_cast<const void*>(s.q_f32.data())
+                                           : static_cast<const void*>(s.q_bf16.data());
   job.k_packed = k_packed;
   job.v_packed = v_packed;
   row_ranges(p, plan.config.block_k, b, w.row_begin, w.row_end, s.key_first.data(),
@@ -259,7 +305,7 @@ void run_tile(const AttnParams& p, const Plan& plan, const void* k_packed, const
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t i = w.row_begin + r;
     store_row(p.out, p.out_dtype, b * p.o_stride_b + i * p.o_stride_l + h * p.o_stride_h,
-              p.dim_v, s.out.data() + r * plan.geometry.dim_v_padded);
+              p.dim_v, s.out.data() + r * plan.geometry.dim_v_padded, plan.f16c);
     if (p.lse != nullptr)
       p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] = s.lse[r];
   }
@@ -296,8 +342,8 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
         const std::int64_t pair = phase + local, b = pair / p.heads_kv, kv = pair % p.heads_kv;
         char* k_dst = k_base + (local * plan.k_head_elems + kb * plan.geometry.k_block_elems) * elem;
         char* v_dst = v_base + (local * plan.v_head_elems + kb * plan.geometry.v_block_elems) * elem;
-        if (plan.family == KernelFamily::amx)
-          pack_block_amx(p, plan, b, kv, kb, reinterpret_cast<std::uint16_t*>(k_dst),
+        if (plan.family != KernelFamily::f32)
+          pack_block_pairs(p, plan, b, kv, kb, reinterpret_cast<std::uint16_t*>(k_dst),
                          reinterpret_cast<std::uint16_t*>(v_dst));
         else
           pack_block_f32(p, plan, b, kv, kb, reinterpret_cast<float*>(k_dst),

@@ -30,14 +30,6 @@ static_assert(kPanelK % kLanes == 0 && kBlockK % kPanelK == 0, "K panels hold wh
 static_assert(kPanelV % (kPvVecs * kLanes) == 0, "V panels hold whole O micro-tiles");
 static_assert(cpu_tile_config().dv_align % kLanes == 0, "padded Dv must hold whole vectors");
 
-// Calls f.template operator()<R>() for R = rows (1 <= rows <= MaxRows).
-template <int MaxRows, typename F>
-inline void with_rows(std::int64_t rows, F&& f) {
-  [&]<int... R>(std::integer_sequence<int, R...>) {
-    ((rows == R + 1 ? f.template operator()<R + 1>() : void()), ...);
-  }(std::make_integer_sequence<int, MaxRows>{});
-}
-
 // scores[r][col0 .. col0 + kPanelK) = q[r] . k[col] for r < Rows. q is the transposed Q tile
 // ([dim][block_q]) offset to the first row, so that the Rows broadcasts of one d come from one
 // cache line; k_panel is one contiguous [dim][kPanelK] panel.

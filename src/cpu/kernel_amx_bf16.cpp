@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "cpu/kernels.hpp"
 #include "cpu/tile_config.hpp"
@@ -119,7 +120,7 @@ void round_probabilities(const TileJob& job) {
     for (std::int64_t c = 0; c < kBlockK; c += 32) {
       const __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16),
                                                 _mm512_loadu_ps(src + c));
-      _mm512_storeu_si512(dst + c, reinterpret_cast<const __m512i&>(pair));
+      _mm512_storeu_si512(dst + c, (__m512i)pair);
     }
   }
 }

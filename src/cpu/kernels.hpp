@@ -20,7 +20,7 @@ struct TileJob {
   std::int64_t dim_v_padded;  // Dv rounded up (packed V row length and out row length)
 
   // Layouts per kernel family (tile_config.hpp): f32 [dim][block_q] transposed; amx
-  // [block_q][dim_padded] bf16 with rows beyond `rows` zero.
+  // [block_q][dim_padded] bf16 with rows beyond `rows` zero; bf16_dot [dim_padded/2][block_q][2].
   const void* q;
   // Packed K and V of the (batch, kv head), block after block, zero beyond Lk, D and Dv.
   const void* k_packed;
@@ -51,7 +51,7 @@ struct TileJob {
   float* row_max;    // [block_q]
   float* row_sum;    // [block_q]
   float* row_scale;  // [block_q]
-  std::uint16_t* probs_bf16;  // amx: [block_q][block_k], rows beyond `rows` zero
+  std::uint16_t* probs_bf16;  // amx, bf16_dot: [block_q][block_k], rows beyond `rows` zero
 };
 
 using TileKernel = void (*)(const TileJob& job);
@@ -61,5 +61,6 @@ TileKernel cpu_tile_kernel_portable();
 TileKernel cpu_tile_kernel_avx2();
 TileKernel cpu_tile_kernel_avx512();
 TileKernel cpu_tile_kernel_avx512_bf16();
+TileKernel cpu_tile_kernel_avx512_bf16_dot();
 
 }  // namespace tileattn::detail

@@ -11,6 +11,14 @@ constexpr float kLn2 = 0.69314718055994530942f;
 constexpr float kNegInf = -__builtin_inff();
 static_assert(kBlockK % kLanes == 0, "score rows hold whole vectors");
 
+// Calls f.template operator()<R>() for R = rows (1 <= rows <= MaxRows).
+template <int MaxRows, typename F>
+inline void with_rows(std::int64_t rows, F&& f) {
+  [&]<int... R>(std::integer_sequence<int, R...>) {
+    ((rows == R + 1 ? f.template operator()<R + 1>() : void()), ...);
+  }(std::make_integer_sequence<int, MaxRows>{});
+}
+
 // Turns one row of raw dot products into log2-unit scores: scale, softcap, ALiBi, additive
 // mask, then -inf outside [first, last) and where the boolean mask is false.
 void modify_row(const TileJob& job, std::int64_t r, std::int64_t key0, bool needs_masking,

@@ -13,7 +13,9 @@ constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m 
 //        the Q tile transposed ([D][block_q] f32). Any storage dtype (converted when packing).
 //   amx: bf16 storage only. K as [D/2][block_k][2] and V as [block_k/2][Dv][2] bf16 (the VNNI
 //        pair layout of AMX's B operand), the Q tile as [block_q][D] bf16; D and Dv padded to 32.
-enum class KernelFamily { f32, amx };
+//   bf16_dot: bf16 storage only, for the AVX-512 bf16 dot product (vdpbf16ps). K and V packed as
+//        for amx; the Q tile as pairs transposed, [D/2][block_q][2] bf16; D padded to 2.
+enum class KernelFamily { f32, amx, bf16_dot };
 
 struct CpuTileConfig {
   std::int64_t block_q;  // query rows per work item (one thread's Q tile)
@@ -29,6 +31,7 @@ struct CpuTileConfig {
 
 constexpr CpuTileConfig cpu_tile_config(KernelFamily family = KernelFamily::f32) {
   if (family == KernelFamily::amx) return {64, 64, 32, 32, 0, 0, 16ll << 20};
+  if (family == KernelFamily::bf16_dot) return {48, 64, 2, 16, 0, 0, 16ll << 20};
   return {48, 64, 1, 16, 32, 64, 16ll << 20};
 }
 
@@ -47,7 +50,7 @@ constexpr PackedGeometry packed_geometry(KernelFamily family, std::int64_t dim,
   g.dim_v_padded = round_up(dim_v, c.dv_align);
   g.k_block_elems = g.dim_padded * c.block_k;
   g.v_block_elems = c.block_k * g.dim_v_padded;
-  g.element_bytes = family == KernelFamily::amx ? 2 : 4;
+  g.element_bytes = family == KernelFamily::f32 ? 4 : 2;
   return g;
 }
 
