@@ -140,25 +140,36 @@ const void* v_row(const AttnParams& p, std::int64_t b, std::int64_t key, std::in
 }
 
 // f32 family: K transposed into panels of [D][k_panel], V into panels of [block_k][v_panel].
+// `rows` is scratch for block_k row pointers, `buffer` for block_k converted rows.
 void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::int64_t kv_head,
-                    std::int64_t kb, float* k_dst, float* v_dst, float* row_buffer) {
+                    std::int64_t kb, float* k_dst, float* v_dst, const float** rows,
+                    float* buffer) {
   const std::int64_t block_k = plan.config.block_k, k_panel = plan.config.k_panel,
                      v_panel = plan.config.v_panel;
   const std::int64_t D = p.dim, Dv = p.dim_v, dvp = plan.geometry.dim_v_padded;
-  for (std::int64_t c = 0; c < block_k; ++c) {
-    const std::int64_t key = kb * block_k + c;
-    const bool valid = key < p.len_k;
-    float* k_col = k_dst + (c / k_panel) * D * k_panel + c % k_panel;
-    const float* k_src = valid ? row_as_f32(k_row(p, b, key, kv_head), p.dtype, 0, D, row_buffer, plan.f16c)
-                               : nullptr;
-    for (std::int64_t d = 0; d < D; ++d) k_col[d * k_panel] = valid ? k_src[d] : 0.0f;
-    const float* v_src = valid ? row_as_f32(v_row(p, b, key, kv_head), p.dtype, 0, Dv, row_buffer, plan.f16c)
-                               : nullptr;
-    for (std::int64_t c0 = 0; c0 < dvp; c0 += v_panel) {
-      const std::int64_t width = std::min(v_panel, dvp - c0);
-      float* dst = v_dst + block_k * c0 + c * width;
-      for (std::int64_t d = 0; d < width; ++d)
-        dst[d] = valid && c0 + d < Dv ? v_src[c0 + d] : 0.0f;
+  const std::int64_t valid = std::clamp<std::int64_t>(p.len_k - kb * block_k, 0, block_k);
+  const std::int64_t width = std::max(D, Dv);
+  for (std::int64_t c = 0; c < valid; ++c)
+    rows[c] = row_as_f32(k_row(p, b, kb * block_k + c, kv_head), p.dtype, 0, D,
+                         buffer + c * width, plan.f16c);
+  for (std::int64_t panel = 0; panel < block_k; panel += k_panel) {
+    float* dst = k_dst + panel * D;
+    const std::int64_t keys = std::clamp<std::int64_t>(valid - panel, 0, k_panel);
+    for (std::int64_t d = 0; d < D; ++d, dst += k_panel) {  // contiguous writes
+      for (std::int64_t c = 0; c < keys; ++c) dst[c] = rows[panel + c][d];
+      std::fill(dst + keys, dst + k_panel, 0.0f);
+    }
+  }
+  for (std::int64_t c = 0; c < valid; ++c)
+    rows[c] = row_as_f32(v_row(p, b, kb * block_k + c, kv_head), p.dtype, 0, Dv,
+                         buffer + c * width, plan.f16c);
+  for (std::int64_t c0 = 0; c0 < dvp; c0 += v_panel) {
+    const std::int64_t panel_width = std::min(v_panel, dvp - c0);
+    const std::int64_t copied = std::clamp<std::int64_t>(Dv - c0, 0, panel_width);
+    for (std::int64_t c = 0; c < block_k; ++c) {
+      float* dst = v_dst + block_k * c0 + c * panel_width;
+      if (c < valid) std::copy_n(rows[c] + c0, copied, dst);
+      std::fill(dst + (c < valid ? copied : 0), dst + panel_width, 0.0f);
     }
   }
 }
@@ -190,7 +201,8 @@ struct WorkItem {
 };
 
 struct ThreadScratch {
-  std::vector<float> q_f32, scores, out, row_max, row_sum, row_scale, lse, pack_row;
+  std::vector<float> q_f32, scores, out, row_max, row_sum, row_scale, lse, pack_block;
+  std::vector<const float*> pack_rows;
   std::vector<std::uint16_t> q_bf16, probs_bf16;
   std::vector<std::int64_t> key_first, key_last;
 
@@ -209,7 +221,9 @@ struct ThreadScratch {
     row_sum.resize(n(bq));
     row_scale.resize(n(bq));
     lse.resize(n(bq));
-    pack_row.resize(n(std::max(p.dim, p.dim_v)));
+    pack_rows.resize(n(std::max(bk, bq)));
+    if (p.dtype != DType::f32)
+      pack_block.resize(n(std::max(bk, bq) * std::max(p.dim, p.dim_v)));
     key_first.resize(n(bq));
     key_last.resize(n(bq));
   }
@@ -242,18 +256,25 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
                  ThreadScratch& s) {
   const std::int64_t rows = w.row_end - w.row_begin, D = p.dim, h = w.head;
   const std::int64_t bq = plan.config.block_q;
+  const auto offset = [&](std::int64_t r) {
+    return b * p.q_stride_b + (w.row_begin + r) * p.q_stride_l + h * p.q_stride_h;
+  };
+  if (plan.family == KernelFamily::f32) {  // [D][block_q], written contiguously
+    for (std::int64_t r = 0; r < rows; ++r)
+      s.pack_rows[r] = row_as_f32(p.q, p.dtype, offset(r), D, s.pack_block.data() + r * D,
+                                  plan.f16c);
+    for (std::int64_t d = 0; d < D; ++d)
+      for (std::int64_t r = 0; r < rows; ++r) s.q_f32[d * bq + r] = s.pack_rows[r][d];
+    return;
+  }
+  const auto* q = static_cast<const std::uint16_t*>(p.q);
   for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t offset =
-        b * p.q_stride_b + (w.row_begin + r) * p.q_stride_l + h * p.q_stride_h;
     if (plan.family == KernelFamily::amx) {
-      std::memcpy(s.q_bf16.data() + r * plan.geometry.dim_padded,
-                  static_cast<const std::uint16_t*>(p.q) + offset, D * sizeof(std::uint16_t));
-    } else if (plan.family == KernelFamily::bf16_dot) {  // [D/2][block_q][2]
-      const auto* src = static_cast<const std::uint16_t*>(p.q) + offset;
-      for (std::int64_t d = 0; d < D; ++d) s.q_bf16[((d / 2) * bq + r) * 2 + d % 2] = src[d];
-    } else {
-      const float* q_row = row_as_f32(p.q, p.dtype, offset, D, s.pack_row.data(), plan.f16c);
-      for (std::int64_t d = 0; d < D; ++d) s.q_f32[d * bq + r] = q_row[d];
+      std::memcpy(s.q_bf16.data() + r * plan.geometry.dim_padded, q + offset(r),
+                  D * sizeof(std::uint16_t));
+    } else {  // bf16_dot: [D/2][block_q][2]
+      for (std::int64_t d = 0; d < D; ++d)
+        s.q_bf16[((d / 2) * bq + r) * 2 + d % 2] = q[offset(r) + d];
     }
   }
   if (plan.family == KernelFamily::amx)  // rows past the end stay zero (padding of the last tile)
@@ -347,7 +368,8 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
                          reinterpret_cast<std::uint16_t*>(v_dst));
         else
           pack_block_f32(p, plan, b, kv, kb, reinterpret_cast<float*>(k_dst),
-                         reinterpret_cast<float*>(v_dst), scratch.pack_row.data());
+                         reinterpret_cast<float*>(v_dst), scratch.pack_rows.data(),
+                         scratch.pack_block.data());
       }
 #pragma omp single
       {
