@@ -1,5 +1,6 @@
 #include "api/validate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -104,7 +105,9 @@ AttnParams validate_forward(const AttentionArgs& a) {
   const std::int64_t B = q.shape[0], Lq = q.shape[1], Hq = q.shape[2], D = q.shape[3];
   const std::int64_t Lk = k.shape[1], Hkv = k.shape[2], Dv = v.shape[3];
   if (B < 1) fail("q", "batch size must be at least 1, got ", B);
-  if (Lq < 0) fail("q", "query length must not be negative, got ", Lq);
+  // Kernels index keys and rows with 32-bit lanes: lengths stay below 2^31.
+  constexpr std::int64_t kMaxLength = (std::int64_t{1} << 31) - 1;
+  if (Lq < 0 || Lq > kMaxLength) fail("q", "query length must be in [0, 2^31 - 1], got ", Lq);
   if (Hq < 1) fail("q", "number of query heads must be at least 1, got ", Hq);
   if (D < 1 || D > 256) fail("q", "head dim D must be in 1..256, got ", D);
   require_dim("k", k, 0, B, "batch");
@@ -112,7 +115,7 @@ AttnParams validate_forward(const AttentionArgs& a) {
   if (Hkv < 1) fail("k", "number of kv heads must be at least 1, got ", Hkv);
   if (Hq % Hkv != 0)
     fail("k", "query heads (", Hq, ") must be a multiple of kv heads (", Hkv, ")");
-  if (Lk < 0) fail("k", "key length must not be negative, got ", Lk);
+  if (Lk < 0 || Lk > kMaxLength) fail("k", "key length must be in [0, 2^31 - 1], got ", Lk);
   require_dim("v", v, 0, B, "batch");
   require_dim("v", v, 1, Lk, "key length, must equal k's");
   require_dim("v", v, 2, Hkv, "kv heads, must equal k's");
@@ -178,9 +181,11 @@ AttnParams validate_forward(const AttentionArgs& a) {
   if (a.alignment != Alignment::bottom_right && a.alignment != Alignment::top_left)
     fail("alignment", "must be bottom_right or top_left");
   p.alignment = a.alignment;
-  p.window_left = a.window_left;
-  p.window_right = a.window_right;
-  if (a.causal) p.window_right = (a.window_right == kUnbounded) ? 0 : std::min<std::int64_t>(a.window_right, 0);
+  // A window wider than Lq + Lk is unbounded in effect; clamping keeps index arithmetic in range.
+  const auto clamp_window = [&](std::int64_t w) { return w == kUnbounded ? w : std::min(w, Lq + Lk); };
+  p.window_left = clamp_window(a.window_left);
+  p.window_right = clamp_window(a.window_right);
+  if (a.causal) p.window_right = p.window_right == kUnbounded ? 0 : std::min<std::int64_t>(p.window_right, 0);
 
   if (a.mask.present()) {
     const Tensor& m = a.mask;
