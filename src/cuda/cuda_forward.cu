@@ -1,18 +1,20 @@
 // Host side of the CUDA backend: AttnParams -> FlashFwdParams, choice of the instantiation
 // (element type, head-dim bucket, fast or general score path), launch, error reporting.
-#include "cuda/cuda_forward.hpp"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
+#include "cuda/cuda_forward.hpp"
 #include "cuda/sm80/flash_fwd_config.hpp"
 #include "cuda/sm80/flash_fwd_launch.hpp"
 #include "cuda/sm80/flash_fwd_params.hpp"
+#include "cuda/sm90/flash_fwd_sm90_launch.hpp"
 
 namespace tileattn::detail {
 namespace {
@@ -29,16 +31,18 @@ ElemType elem_type(DType d) {
   return d == DType::f16 ? ElemType::f16 : d == DType::bf16 ? ElemType::bf16 : ElemType::f32;
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+bool aligned16(const void* ptr) {
+  return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0;
+}
 
 // 16-byte cp.async tile loads need 16-byte aligned rows: 2-byte elements, D and Dv multiples of
 // 8, every stride a multiple of 8 elements and 16-byte aligned base pointers.
 bool vector_loads_ok(const AttnParams& p) {
   if (p.dtype == DType::f32 || p.dim % 8 != 0 || p.dim_v % 8 != 0) return false;
   if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v)) return false;
-  const std::int64_t strides[] = {p.q_stride_b, p.q_stride_l, p.q_stride_h, p.k_stride_b,
-                                  p.k_stride_l, p.k_stride_h, p.v_stride_b, p.v_stride_l,
-                                  p.v_stride_h};
+  const std::int64_t strides[] = {p.q_stride_b, p.q_stride_l, p.q_stride_h,
+                                  p.k_stride_b, p.k_stride_l, p.k_stride_h,
+                                  p.v_stride_b, p.v_stride_l, p.v_stride_h};
   for (std::int64_t s : strides)
     if (s % 8 != 0) return false;
   return true;
@@ -103,6 +107,33 @@ cudaError_t launch_type(int bucket, const FlashFwdParams& k, bool general, cudaS
   }
 }
 
+// The sm90 (wgmma) kernel runs where it was compiled in (an sm_90a target) and the device is
+// compute capability 9.0, unless TILEATTN_CUDA_DISABLE_SM90=1 (tests and benchmarks use it to
+// run the sm80 kernel on Hopper too).
+bool use_sm90(int device) {
+#if defined(TILEATTN_CUDA_SM90A)
+  static const bool disabled = [] {
+    const char* env = std::getenv("TILEATTN_CUDA_DISABLE_SM90");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  if (disabled) return false;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+template <typename T>
+cudaError_t launch_sm90(int bucket, const FlashFwdParams& k, cudaStream_t stream) {
+  return bucket == 64 ? cuda::launch_flash_fwd_sm90<T, 64>(k, stream)
+                      : cuda::launch_flash_fwd_sm90<T, 128>(k, stream);
+}
+
 // Makes `device` current for the launch and restores the caller's device afterwards.
 class DeviceGuard {
  public:
@@ -134,16 +165,24 @@ void cuda_flash_forward(const AttnParams& p, void* stream) {
   const std::int64_t m_blocks = (p.len_q + cfg.block_m - 1) / cfg.block_m;
   if (p.len_q > INT_MAX - cfg.block_m || p.len_k > INT_MAX - cfg.block_n ||
       m_blocks * p.heads_q * p.batch > INT_MAX)
-    throw Error("tileattn: argument 'q': the CUDA backend supports sequence lengths and "
-                "batch x heads x query blocks below 2^31");
+    throw Error(
+        "tileattn: argument 'q': the CUDA backend supports sequence lengths and "
+        "batch x heads x query blocks below 2^31");
 
-  const FlashFwdParams k = make_params(p, cfg.block_m);
   const bool general = p.mask != nullptr || p.softcap > 0.0f || p.alibi_slopes != nullptr;
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   DeviceGuard guard(p.device_index);
-  const cudaError_t status = p.dtype == DType::f16
-                                 ? launch_type<__half>(bucket, k, general, cuda_stream)
-                                 : launch_type<__nv_bfloat16>(bucket, k, general, cuda_stream);
+  cudaError_t status;
+  if (!general && p.dtype != DType::f32 && p.scale > 0.0f && cuda::sm90_supports_bucket(bucket) &&
+      vector_loads_ok(p) && use_sm90(p.device_index)) {
+    const FlashFwdParams k = make_params(p, cuda::sm90_tile_config(bucket).block_m);
+    status = p.dtype == DType::f16 ? launch_sm90<__half>(bucket, k, cuda_stream)
+                                   : launch_sm90<__nv_bfloat16>(bucket, k, cuda_stream);
+  } else {
+    const FlashFwdParams k = make_params(p, cfg.block_m);
+    status = p.dtype == DType::f16 ? launch_type<__half>(bucket, k, general, cuda_stream)
+                                   : launch_type<__nv_bfloat16>(bucket, k, general, cuda_stream);
+  }
   if (status != cudaSuccess) throw_cuda("kernel launch", status);
 }
 

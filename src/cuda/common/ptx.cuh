@@ -80,7 +80,9 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, 
                "r"(src_bytes));
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
 
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

@@ -1,5 +1,5 @@
-// Every tile choice of the sm80 forward kernel, per head-dim bucket. The dispatcher, the kernel,
-// the benchmark and docs/perf/gpu.md all read this one function.
+// Every tile choice of the forward kernels (sm80 and sm90), per head-dim bucket. The dispatcher,
+// the kernel, the benchmark and docs/perf/gpu.md all read this one function.
 #pragma once
 
 namespace tileattn::cuda {
@@ -14,12 +14,12 @@ constexpr int head_dim_bucket(int dim) {
 }
 
 struct TileConfig {
-  int head_dim;        // padded head dim (bucket), for both D and Dv
-  int block_m;         // query rows per CTA                      (Br)
-  int block_n;         // keys per pipeline step                  (Bc)
-  int warps;           // warps per CTA; each owns block_m / warps query rows
-  int stages;          // K/V shared-memory stages of the cp.async pipeline
-  int min_blocks;      // __launch_bounds__ minimum CTAs per SM
+  int head_dim;    // padded head dim (bucket), for both D and Dv
+  int block_m;     // query rows per CTA                      (Br)
+  int block_n;     // keys per pipeline step                  (Bc)
+  int warps;       // warps per CTA; each owns block_m / warps query rows
+  int stages;      // K/V shared-memory stages of the cp.async pipeline
+  int min_blocks;  // __launch_bounds__ minimum CTAs per SM
 
   constexpr int threads() const { return warps * 32; }
   constexpr int rows_per_warp() const { return block_m / warps; }
@@ -27,9 +27,7 @@ struct TileConfig {
   // Shared-memory row pitch in elements: a multiple of 64 so the 16-byte-chunk XOR swizzle over
   // 8 chunks stays inside a row (96 and 192 are stored with pitch 128 and 192).
   constexpr int smem_pitch() const { return (head_dim + 63) / 64 * 64; }
-  constexpr int smem_bytes() const {
-    return (block_m + stages * 2 * block_n) * smem_pitch() * 2;
-  }
+  constexpr int smem_bytes() const { return (block_m + stages * 2 * block_n) * smem_pitch() * 2; }
 };
 
 // Two m16 tiles per warp for D <= 128 (each K/V fragment read from shared memory feeds two mma),
@@ -42,6 +40,28 @@ constexpr TileConfig tile_config(int bucket) {
     case 128: return {128, 128, 64, 4, 2, 2};
     case 192: return {192, 128, 64, 8, 2, 1};
     case 256: return {256, 128, 32, 8, 2, 1};
+    default: return {0, 0, 0, 0, 0, 0};
+  }
+}
+
+// The sm90 (wgmma) kernel: 64 query rows per warpgroup; D and block_n multiples of 64.
+struct Sm90TileConfig {
+  int head_dim, block_m, block_n, warp_groups, stages, min_blocks;
+  constexpr int threads() const { return warp_groups * 128; }
+  // Q tile + stages x (K + V) tiles, plus 1 KB to align the base to the 1024-byte swizzle atom.
+  constexpr int smem_bytes() const {
+    return (block_m + stages * 2 * block_n) * head_dim * 2 + 1024;
+  }
+};
+
+// Every tile choice of the sm90 kernel (the sm80 twin is tile_config above). Measured on the
+// H200 (docs/perf/gpu.md): two warpgroups with block_n = 64 and two CTAs per SM (their softmax
+// phases interleave with each other's wgmma) beat block_n = 128 with one CTA per SM and one
+// warpgroup per CTA with two (D=128) or four (D=64) CTAs per SM.
+constexpr Sm90TileConfig sm90_tile_config(int bucket) {
+  switch (bucket) {
+    case 64: return {64, 128, 64, 2, 3, 2};    // 65 KB shared memory, <= 128 registers
+    case 128: return {128, 128, 64, 2, 2, 2};  // 97 KB shared memory, <= 128 registers
     default: return {0, 0, 0, 0, 0, 0};
   }
 }

@@ -15,27 +15,12 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/elements.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/sm80/flash_fwd_config.hpp"
 #include "cuda/sm80/flash_fwd_params.hpp"
 
 namespace tileattn::cuda {
-
-__device__ __forceinline__ float load_elem(const char* base, std::int64_t index, ElemType type) {
-  switch (type) {
-    case ElemType::f32: return reinterpret_cast<const float*>(base)[index];
-    case ElemType::f16: return __half2float(reinterpret_cast<const __half*>(base)[index]);
-    default: return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[index]);
-  }
-}
-
-__device__ __forceinline__ void store_elem(void* base, std::int64_t index, ElemType type, float x) {
-  switch (type) {
-    case ElemType::f32: static_cast<float*>(base)[index] = x; break;
-    case ElemType::f16: static_cast<__half*>(base)[index] = __float2half_rn(x); break;
-    default: static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16_rn(x); break;
-  }
-}
 
 // Shared-memory offset (elements) of 16-byte chunk `chunk` of tile row `row`: the chunk index is
 // XOR-ed with row % 8, so the 8 row addresses of one ldmatrix hit 8 different bank groups.
@@ -50,8 +35,7 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 // not a multiple of 8, f32 inputs converted to T) stores synchronously.
 template <typename T, int kRows, int kDim, int kPitch, int kThreads>
 __device__ __forceinline__ void load_tile(T* tile, const char* src, std::int64_t stride_l,
-                                          int rows_valid, int cols_valid,
-                                          const FlashFwdParams& p) {
+                                          int rows_valid, int cols_valid, const FlashFwdParams& p) {
   const int tid = static_cast<int>(threadIdx.x);
   if (p.vector_loads) {
     constexpr int kChunks = kDim / 8;
@@ -89,7 +73,8 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
 
   extern __shared__ __align__(128) unsigned char smem[];
   T* const q_tile = reinterpret_cast<T*>(smem);  // (block_m, pitch)
-  T* const kv_tiles = q_tile + kBlockM * kPitch;  // stages x [K (block_n, pitch), V (block_n, pitch)]
+  T* const kv_tiles =
+      q_tile + kBlockM * kPitch;  // stages x [K (block_n, pitch), V (block_n, pitch)]
 
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, t = lane % 4;
@@ -129,17 +114,19 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
   const std::int64_t esize = p.in_type == ElemType::f32 ? 4 : 2;
   const char* q_src = static_cast<const char*>(p.q) +
                       (b * p.q_stride_b + h * p.q_stride_h + m0 * p.q_stride_l) * esize;
-  const char* k_src = static_cast<const char*>(p.k) + (b * p.k_stride_b + hk * p.k_stride_h) * esize;
-  const char* v_src = static_cast<const char*>(p.v) + (b * p.v_stride_b + hk * p.v_stride_h) * esize;
+  const char* k_src =
+      static_cast<const char*>(p.k) + (b * p.k_stride_b + hk * p.k_stride_h) * esize;
+  const char* v_src =
+      static_cast<const char*>(p.v) + (b * p.v_stride_b + hk * p.v_stride_h) * esize;
 
   auto load_kv = [&](int n_block, int slot) {
     T* k_tile = kv_tiles + slot * 2 * kBlockN * kPitch;
     T* v_tile = k_tile + kBlockN * kPitch;
     const int n0 = n_block * kBlockN, rows = min(kBlockN, klen - n0);
     load_tile<T, kBlockN, kDim, kPitch, kThreads>(k_tile, k_src + n0 * p.k_stride_l * esize,
-                                                   p.k_stride_l, rows, p.dim, p);
+                                                  p.k_stride_l, rows, p.dim, p);
     load_tile<T, kBlockN, kDim, kPitch, kThreads>(v_tile, v_src + n0 * p.v_stride_l * esize,
-                                                   p.v_stride_l, rows, p.dim_v, p);
+                                                  p.v_stride_l, rows, p.dim_v, p);
   };
 
   // Prologue: Q and the first stages - 1 K/V blocks, one commit group per block.
@@ -155,7 +142,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
   // visible ranges are recomputed in edge blocks rather than held in registers.
   const int warp_row0 = warp * kRowsPerWarp;
 
-  float acc_o[kMTiles][kDTiles][4];  // (rows_per_warp, head_dim) in C fragments
+  float acc_o[kMTiles][kDTiles][4];                // (rows_per_warp, head_dim) in C fragments
   float row_max[kMTiles][2], row_sum[kMTiles][2];  // base-2 running max; partial sums (this lane)
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
@@ -173,13 +160,14 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
   // Per-lane ldmatrix source rows/chunks (see ptx.cuh for the fragment layouts).
   const int mat = lane / 8, mat_row = lane % 8;
   const int q_row = warp_row0 + mat_row + (mat & 1) * 8, q_chunk = mat >> 1;  // A: Q
-  const int k_row = mat_row + (mat >> 1) * 8, k_chunk = mat & 1;               // B: K
-  const int v_row = mat_row + (mat & 1) * 8, v_chunk = mat >> 1;               // B: V (trans)
+  const int k_row = mat_row + (mat >> 1) * 8, k_chunk = mat & 1;              // B: K
+  const int v_row = mat_row + (mat & 1) * 8, v_chunk = mat >> 1;              // B: V (trans)
 
   for (int n_block = n_block_begin, it = 0; n_block < n_block_end; ++n_block, ++it) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // block n_block landed for all threads; slot (it - 1) % stages is free
-    if (n_block + kStages - 1 < n_block_end) load_kv(n_block + kStages - 1, (it + kStages - 1) % kStages);
+    if (n_block + kStages - 1 < n_block_end)
+      load_kv(n_block + kStages - 1, (it + kStages - 1) % kStages);
     cp_async_commit();
 
     const T* k_tile = kv_tiles + (it % kStages) * 2 * kBlockN * kPitch;
@@ -198,7 +186,8 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
       std::uint32_t a[kMTiles][4];
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
-        ldmatrix_x4(a[mt], smem_address(q_tile + swizzled<kPitch>(q_row + mt * 16, ks * 2 + q_chunk)));
+        ldmatrix_x4(a[mt],
+                    smem_address(q_tile + swizzled<kPitch>(q_row + mt * 16, ks * 2 + q_chunk)));
 #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
         std::uint32_t kb[4];
@@ -222,8 +211,8 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
           const float slope = p.alibi_slopes != nullptr
                                   ? p.alibi_slopes[b * p.alibi_stride_b + h * p.alibi_stride_h]
                                   : 0.0f;
-          const std::int64_t mask_row =
-              b * p.mask_stride_b + h * p.mask_stride_h + static_cast<std::int64_t>(i) * p.mask_stride_q;
+          const std::int64_t mask_row = b * p.mask_stride_b + h * p.mask_stride_h +
+                                        static_cast<std::int64_t>(i) * p.mask_stride_q;
           int first, last;
           visible(i, first, last);
 #pragma unroll
@@ -311,7 +300,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
         }
       }
 
-    // O += P V: P's C fragments of two n8 tiles are the A fragment of one k16 step.
+      // O += P V: P's C fragments of two n8 tiles are the A fragment of one k16 step.
 #pragma unroll
     for (int ks = 0; ks < kBlockN / 16; ++ks) {
       std::uint32_t pa[kMTiles][4];
@@ -325,7 +314,8 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         std::uint32_t vb[4];
-        ldmatrix_x4_trans(vb, smem_address(v_tile + swizzled<kPitch>(v_row + ks * 16, dp * 2 + v_chunk)));
+        ldmatrix_x4_trans(
+            vb, smem_address(v_tile + swizzled<kPitch>(v_row + ks * 16, dp * 2 + v_chunk)));
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_16816<T>(acc_o[mt][2 * dp], pa[mt], vb[0], vb[1]);
@@ -336,7 +326,8 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
   }
   cp_async_wait<0>();
 
-  // Epilogue: O / l (0 for a fully masked row), lse = ln(sum) = (max + log2 l) ln 2 (-inf if empty).
+  // Epilogue: O / l (0 for a fully masked row), lse = ln(sum) = (max + log2 l) ln 2 (-inf if
+  // empty).
   char* out_base = static_cast<char*>(p.out);
   const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
   out_base += (b * p.o_stride_b + h * p.o_stride_h) * out_esize;
@@ -355,7 +346,8 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
       for (int dt = 0; dt < kDTiles; ++dt) {
         const int col = dt * 8 + 2 * t;
         if (col < p.dim_v) store_elem(out_row, col, p.out_type, acc_o[mt][dt][2 * hh] * inv);
-        if (col + 1 < p.dim_v) store_elem(out_row, col + 1, p.out_type, acc_o[mt][dt][2 * hh + 1] * inv);
+        if (col + 1 < p.dim_v)
+          store_elem(out_row, col + 1, p.out_type, acc_o[mt][dt][2 * hh + 1] * inv);
       }
       if (p.lse != nullptr && t == 0)
         p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] =

@@ -15,6 +15,7 @@ namespace tileattn::cuda {
 template <typename T, int kBucket, bool kGeneral>
 cudaError_t launch_flash_fwd(const FlashFwdParams& p, cudaStream_t stream);
 
+// clang-format off
 #define TILEATTN_FLASH_FWD_BUCKET(macro, bucket) \
   macro(__half, bucket, false)                   \
   macro(__half, bucket, true)                    \
@@ -29,5 +30,6 @@ TILEATTN_FLASH_FWD_BUCKET(TILEATTN_DECLARE_FLASH_FWD, 96)
 TILEATTN_FLASH_FWD_BUCKET(TILEATTN_DECLARE_FLASH_FWD, 128)
 TILEATTN_FLASH_FWD_BUCKET(TILEATTN_DECLARE_FLASH_FWD, 192)
 TILEATTN_FLASH_FWD_BUCKET(TILEATTN_DECLARE_FLASH_FWD, 256)
+// clang-format on
 
 }  // namespace tileattn::cuda

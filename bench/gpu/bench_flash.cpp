@@ -1,0 +1,169 @@
+// Times tileattn's CUDA forward on the FlashAttention-3 paper's grid: bf16, BSHD, head dim D in
+// {64, 128, 256}, causal and not, sequence length L = 512..16384 with batch = 16384 / L and
+// heads = 2048 / D (so every shape holds 16k tokens x 2048 channels). FLOPs = 4 B H L^2 D, halved
+// for causal. Each figure is the median of --iters runs, each timed with its own pair of CUDA
+// events after --warmup runs. Writes one JSON record per shape (--json) and prints a table.
+//
+//   tileattn_gpu_bench [--dims 64,128,256] [--lengths 512,...,16384] [--iters 30] [--warmup 5]
+//                      [--json out.json] [--label tileattn]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/float_convert.hpp"
+#include "cuda/sm80/flash_fwd_config.hpp"
+#include "tileattn/tileattn.hpp"
+
+namespace {
+
+constexpr std::int64_t kTokens = 16384, kChannels = 2048;
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
+    std::exit(1);
+  }
+}
+
+std::vector<int> parse_list(const char* text) {
+  std::vector<int> values;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) values.push_back(std::stoi(item));
+  return values;
+}
+
+// N(0,1)-ish bf16 values (sum of uniforms), never zeros: zeros time faster than real data.
+void fill_random(std::vector<std::uint16_t>& host, std::uint64_t seed) {
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& h : host) {
+    float sum = 0.0f;
+    for (int r = 0; r < 4; ++r) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      sum += static_cast<float>(x >> 40) / static_cast<float>(1ull << 24);
+    }
+    h = tileattn::detail::f32_to_bf16((sum - 2.0f) * 1.7320508f);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> dims = {64, 128, 256};
+  std::vector<int> lengths = {512, 1024, 2048, 4096, 8192, 16384};
+  int iters = 30, warmup = 5;
+  std::string json_path, label = "tileattn";
+  for (int a = 1; a + 1 < argc; a += 2) {
+    const std::string flag = argv[a];
+    if (flag == "--dims")
+      dims = parse_list(argv[a + 1]);
+    else if (flag == "--lengths")
+      lengths = parse_list(argv[a + 1]);
+    else if (flag == "--iters")
+      iters = std::stoi(argv[a + 1]);
+    else if (flag == "--warmup")
+      warmup = std::stoi(argv[a + 1]);
+    else if (flag == "--json")
+      json_path = argv[a + 1];
+    else if (flag == "--label")
+      label = argv[a + 1];
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+
+  const std::size_t elems = static_cast<std::size_t>(kTokens * kChannels);
+  std::vector<std::uint16_t> host(elems);
+  void *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr;
+  for (void** p : {&q, &k, &v, &out}) check(cudaMalloc(p, elems * 2), "cudaMalloc");
+  int seed = 1;
+  for (void* p : {q, k, v}) {
+    fill_random(host, static_cast<std::uint64_t>(seed++));
+    check(cudaMemcpy(p, host.data(), elems * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  std::vector<cudaEvent_t> events(2 * static_cast<std::size_t>(iters));
+  for (auto& e : events) check(cudaEventCreate(&e), "cudaEventCreate");
+
+  std::ostringstream json;
+  json << "[\n";
+  bool first = true;
+  std::printf("%5s %6s %6s %4s %4s %10s %9s  %s\n", "D", "causal", "L", "B", "H", "ms", "TFLOP/s",
+              "kernel Br x Bc, warps, stages");
+  for (int D : dims)
+    for (int causal = 0; causal < 2; ++causal)
+      for (int L : lengths) {
+        const std::int64_t B = kTokens / L, H = kChannels / D;
+        tileattn::AttentionArgs args;
+        args.q =
+            tileattn::make_tensor(q, tileattn::DType::bf16, {B, L, H, D}, tileattn::Device::cuda);
+        args.k =
+            tileattn::make_tensor(k, tileattn::DType::bf16, {B, L, H, D}, tileattn::Device::cuda);
+        args.v =
+            tileattn::make_tensor(v, tileattn::DType::bf16, {B, L, H, D}, tileattn::Device::cuda);
+        args.out =
+            tileattn::make_tensor(out, tileattn::DType::bf16, {B, L, H, D}, tileattn::Device::cuda);
+        args.causal = causal != 0;
+        tileattn::Context ctx;
+        ctx.backend = tileattn::Backend::cuda;
+        ctx.cuda_stream = stream;
+        for (int w = 0; w < warmup; ++w) tileattn::attention_forward(args, ctx);
+        for (int i = 0; i < iters; ++i) {
+          check(cudaEventRecord(events[2 * i], stream), "cudaEventRecord");
+          tileattn::attention_forward(args, ctx);
+          check(cudaEventRecord(events[2 * i + 1], stream), "cudaEventRecord");
+        }
+        check(cudaStreamSynchronize(stream), "run");
+        std::vector<float> ms(static_cast<std::size_t>(iters));
+        for (int i = 0; i < iters; ++i)
+          check(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]), "elapsed");
+        std::sort(ms.begin(), ms.end());
+        const double median = ms[ms.size() / 2];
+        const double flops = 4.0 * static_cast<double>(B * H) * L * static_cast<double>(L) * D /
+                             (causal ? 2.0 : 1.0);
+        const double tflops = flops / (median * 1e-3) / 1e12;
+        // The kernel the dispatcher picks: sm90 (wgmma) on compute capability 9.0 for the
+        // buckets it covers unless TILEATTN_CUDA_DISABLE_SM90=1, else sm80 (mma.sync).
+        const int bucket = tileattn::cuda::head_dim_bucket(D);
+        const char* disable = std::getenv("TILEATTN_CUDA_DISABLE_SM90");
+        const bool sm90 = prop.major == 9 && prop.minor == 0 && (bucket == 64 || bucket == 128) &&
+                          !(disable != nullptr && std::strcmp(disable, "1") == 0);
+        const auto cfg = tileattn::cuda::tile_config(bucket);
+        const auto cfg90 = tileattn::cuda::sm90_tile_config(bucket);
+        const int block_m = sm90 ? cfg90.block_m : cfg.block_m;
+        const int block_n = sm90 ? cfg90.block_n : cfg.block_n;
+        const int warps = sm90 ? cfg90.warp_groups * 4 : cfg.warps;
+        const int stages = sm90 ? cfg90.stages : cfg.stages;
+        std::printf("%5d %6d %6d %4lld %4lld %10.4f %9.1f  %s %d x %d, %d, %d\n", D, causal, L,
+                    static_cast<long long>(B), static_cast<long long>(H), median, tflops,
+                    sm90 ? "sm90" : "sm80", block_m, block_n, warps, stages);
+        json << (first ? "" : ",\n") << "  {\"impl\": \"" << label << "\", \"D\": " << D
+             << ", \"causal\": " << (causal ? "true" : "false") << ", \"L\": " << L
+             << ", \"B\": " << B << ", \"H\": " << H << ", \"ms\": " << median
+             << ", \"ms_min\": " << ms.front() << ", \"tflops\": " << tflops << ", \"kernel\": \""
+             << (sm90 ? "sm90" : "sm80") << "\", \"block_m\": " << block_m
+             << ", \"block_n\": " << block_n << ", \"warps\": " << warps
+             << ", \"stages\": " << stages << "}";
+        first = false;
+      }
+  json << "\n]\n";
+  if (!json_path.empty()) std::ofstream(json_path) << json.str();
+  for (auto& e : events) cudaEventDestroy(e);
+  cudaStreamDestroy(stream);
+  for (void* p : {q, k, v, out}) cudaFree(p);
+  return 0;
+}

@@ -1,0 +1,71 @@
+"""PyTorch SDPA on the same grid as bench_flash.cpp: bf16, BSHD storage seen as [B, H, L, D],
+FlashAttention-2 and cuDNN back ends, median of --iters runs timed with CUDA events after
+--warmup runs. Writes one JSON record per (backend, shape)."""
+import argparse
+import json
+import statistics
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import torch.nn.functional as F
+
+TOKENS, CHANNELS = 16384, 2048
+
+
+def time_ms(fn, iters, warmup):
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dims", default="64,128,256")
+    ap.add_argument("--lengths", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    dims = [int(x) for x in args.dims.split(",")]
+    lengths = [int(x) for x in args.lengths.split(",")]
+    backends = {"torch_fa2": SDPBackend.FLASH_ATTENTION, "torch_cudnn": SDPBackend.CUDNN_ATTENTION}
+    print(f"torch {torch.__version__}, cuda {torch.version.cuda}, cudnn {torch.backends.cudnn.version()}, "
+          f"{torch.cuda.get_device_name()}")
+    records = []
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for D in dims:
+        H = CHANNELS // D
+        base = [torch.randn(TOKENS * CHANNELS, device="cuda", dtype=torch.bfloat16, generator=gen)
+                for _ in range(3)]
+        for causal in (False, True):
+            for L in lengths:
+                B = TOKENS // L
+                q, k, v = (t.view(B, L, H, D).transpose(1, 2) for t in base)  # [B, H, L, D] views
+                flops = 4.0 * B * H * L * L * D / (2.0 if causal else 1.0)
+                for name, backend in backends.items():
+                    rec = {"impl": name, "D": D, "causal": causal, "L": L, "B": B, "H": H}
+                    try:
+                        with sdpa_kernel(backend):
+                            fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            ms = time_ms(fn, args.iters, args.warmup)
+                        rec.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
+                    except Exception as e:  # a back end that refuses a shape is recorded, not fatal
+                        rec.update(error=str(e).splitlines()[0][:200])
+                    records.append(rec)
+                    print(json.dumps(rec), flush=True)
+        del base
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# One command for the GPU machine: build with CUDA (sm_80 + sm_90), run the GPU test suite
+# against the CPU reference, compute-sanitizer memcheck + racecheck on the small cases, then the
+# benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
+#
+#   bash scripts/gpu/check.sh [stages]      stages: any of build test sanitize bench (default all)
+#
+# Environment: OUT (results folder; default build-gpu/out), JOBS (default nproc), CTEST_REGEX
+# (unset: the GPU test binary only; "." adds every CTest suite), BENCH_DIMS, BENCH_LENGTHS,
+# BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper). Writes at most 8 files under
+# $OUT (the device tool's limit): summary.txt, test.log, sanitizer.log, sass.txt,
+# bench_tileattn.json, bench_tileattn_sm80.json, bench_torch.json, bench.json (build.log only
+# when the build fails). Prints the benchmark table last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+JOBS=${JOBS:-$(nproc)}
+BUILD=${BUILD_DIR:-$ROOT/build-gpu}
+OUT=${OUT:-$BUILD/out}
+mkdir -p "$OUT"
+STAGES=${*:-build test sanitize bench}
+export PATH=/usr/local/cuda/bin:$PATH
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+status=0
+
+note "== $(date -u +%FT%TZ) tileattn GPU check: stages: $STAGES"
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  nvcc --version | tail -2
+  cmake --version | head -1
+  g++ --version | head -1
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+} 2>&1 | tee -a "$SUMMARY"
+
+if has_stage build; then
+  # GoogleTest: the system's if present, else built from the carried source (.gpu-deps).
+  GTEST_ARGS=()
+  if ! ls /usr/lib/*/cmake/GTest/GTestConfig.cmake /usr/lib/cmake/GTest/GTestConfig.cmake \
+      /usr/local/lib/cmake/GTest/GTestConfig.cmake >/dev/null 2>&1; then
+    if [[ -d $ROOT/.gpu-deps/googletest ]]; then
+      note "-- building GoogleTest from .gpu-deps/googletest"
+      cmake -S "$ROOT/.gpu-deps/googletest" -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_INSTALL_PREFIX=/tmp/gtest-install -DBUILD_GMOCK=OFF >/tmp/gtest.log 2>&1 &&
+        cmake --build /tmp/gtest-build -j "$JOBS" >>/tmp/gtest.log 2>&1 &&
+        cmake --install /tmp/gtest-build >>/tmp/gtest.log 2>&1 || { tail -20 /tmp/gtest.log; exit 1; }
+      GTEST_ARGS=(-DCMAKE_PREFIX_PATH=/tmp/gtest-install)
+    fi
+  fi
+  start=$(date +%s)
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="80;90a-real" -DTILEATTN_WERROR=ON -DTILEATTN_CUDA_PTXAS_VERBOSE=ON \
+    -DTILEATTN_BUILD_TOOLS=${BUILD_TOOLS:-OFF} "${GTEST_ARGS[@]}" >/tmp/build.log 2>&1 &&
+    cmake --build "$BUILD" -j "$JOBS" >>/tmp/build.log 2>&1
+  rc=$?
+  note "-- build: rc $rc in $(($(date +%s) - start)) s"
+  if [[ $rc != 0 ]]; then
+    cp /tmp/build.log "$OUT/build.log"
+    grep -E "error|Error" /tmp/build.log | head -40
+    exit 1
+  fi
+  # Register / spill report of every kernel (sm_90 pass), and the SASS instruction mix.
+  grep -A2 "Compiling entry function.*for 'sm_90a'" /tmp/build.log |
+    grep -E "entry|registers|spill" | sed -e 's/ptxas info *: //' >>"$OUT/sass.txt"
+  for obj in "$BUILD"/src/CMakeFiles/tileattn.dir/cuda/sm80/*.o "$BUILD"/src/CMakeFiles/tileattn.dir/cuda/sm90/*.o; do
+    cuobjdump --dump-sass --gpu-architecture sm_90a "$obj" >/tmp/sass.txt 2>/dev/null || continue
+    awk -v f="$(basename "$obj")" '/Function :/ {name=$3}
+      /HMMA|HGMMA/ {h[name]++} /LDSM/ {l[name]++} /LDGSTS/ {c[name]++} /LDL|STL/ {s[name]++} /MUFU.EX2/ {e[name]++}
+      END {for (n in h) printf "%s %s: HMMA/HGMMA %d LDSM %d LDGSTS %d MUFU.EX2 %d local %d\n", f, n, h[n], l[n], c[n], e[n], s[n]+0}' \
+      /tmp/sass.txt >>"$OUT/sass.txt"
+  done
+  grep -E "spill" "$OUT/sass.txt" | sort | uniq -c | tee -a "$SUMMARY"
+  # wgmma serialisation warnings (C7513/C7515) would cost the sm90 kernel its overlap.
+  note "   ptxas wgmma serialisation warnings: $(grep -c -E 'C751[0-9]' /tmp/build.log)"
+fi
+
+if has_stage test; then
+  start=$(date +%s)
+  TESTS="$BUILD/tests/cuda/tileattn_cuda_tests"
+  # Default dispatch (the sm90 wgmma kernel where it applies on Hopper), then the sm80 kernel
+  # for everything (TILEATTN_CUDA_DISABLE_SM90=1).
+  : >"$OUT/test.log"
+  for sm80_only in 0 1; do
+    echo "=== TILEATTN_CUDA_DISABLE_SM90=$sm80_only" >>"$OUT/test.log"
+    TILEATTN_CUDA_DISABLE_SM90=$sm80_only "$TESTS" --gtest_brief=1 >/tmp/test.log 2>&1
+    rc=$?
+    cat /tmp/test.log >>"$OUT/test.log"
+    note "-- GPU tests (TILEATTN_CUDA_DISABLE_SM90=$sm80_only): rc $rc: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)  \] [0-9]+' /tmp/test.log | tr '\n' ' ')"
+    grep -E "^\[  FAILED  \] " /tmp/test.log | head -30 | tee -a "$SUMMARY"
+    [[ $rc != 0 ]] && status=1
+    # Worst relative errors: dtype, out dtype, case, rel_l2, naive rel_l2.
+    grep "\[ stats \]" /tmp/test.log | awk '{print $5, $7, $8, $10, $14}' | sort -k4 -g | tail -3 |
+      sed 's/^/   largest rel_l2: /' | tee -a "$SUMMARY"
+  done
+  note "   ($(($(date +%s) - start)) s)"
+  if [[ -n ${CTEST_REGEX:-} ]]; then  # the CPU suites too, e.g. CTEST_REGEX=.
+    (cd "$BUILD" && ctest -R "$CTEST_REGEX" -E CudaForward -j "$JOBS" --timeout 900) >>"$OUT/test.log" 2>&1
+    rc=$?
+    note "-- ctest -R '$CTEST_REGEX': rc $rc: $(grep -E 'tests passed' "$OUT/test.log" | tail -1)"
+    [[ $rc != 0 ]] && status=1
+  fi
+fi
+
+if has_stage sanitize; then
+  start=$(date +%s)
+  : >"$OUT/sanitizer.log"
+  for run in memcheck:0 racecheck:0 synccheck:0 memcheck:1 racecheck:1; do
+    tool=${run%:*} sm80_only=${run#*:}
+    TILEATTN_CUDA_DISABLE_SM90=$sm80_only compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      "$BUILD/tests/cuda/tileattn_cuda_tests" --gtest_filter='*Small*' >>"$OUT/sanitizer.log" 2>&1
+    rc=$?
+    note "-- compute-sanitizer $tool (DISABLE_SM90=$sm80_only): rc $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -1)"
+    [[ $rc != 0 ]] && status=1
+  done
+  note "   ($(($(date +%s) - start)) s)"
+fi
+
+if has_stage bench; then
+  dims=${BENCH_DIMS:-64,128,256}
+  lengths=${BENCH_LENGTHS:-512,1024,2048,4096,8192,16384}
+  iters=${BENCH_ITERS:-30}
+  "$BUILD/bench/gpu/tileattn_gpu_bench" --dims "$dims" --lengths "$lengths" --iters "$iters" \
+    --json "$OUT/bench_tileattn.json" >>"$SUMMARY" 2>&1 || { note "-- tileattn bench failed"; status=1; }
+  if [[ ${BENCH_SM80:-0} == 1 ]]; then  # the sm80 kernel on the same grid, for the record
+    TILEATTN_CUDA_DISABLE_SM90=1 "$BUILD/bench/gpu/tileattn_gpu_bench" --dims "$dims" \
+      --lengths "$lengths" --iters "$iters" --label tileattn_sm80 \
+      --json "$OUT/bench_tileattn_sm80.json" >/tmp/bench_sm80.log 2>&1 || note "-- sm80 bench failed"
+  fi
+  PYTHONUNBUFFERED=1 python3 bench/gpu/bench_torch.py --dims "$dims" --lengths "$lengths" \
+    --iters "$iters" --json "$OUT/bench_torch.json" >/tmp/bench_torch.log 2>&1 ||
+    { note "-- torch bench failed"; tail -5 /tmp/bench_torch.log | tee -a "$SUMMARY"; }
+  head -1 /tmp/bench_torch.log | tee -a "$SUMMARY"
+  python3 bench/gpu/compare.py "$OUT"/bench_tileattn*.json "$OUT/bench_torch.json" \
+    --json "$OUT/bench.json" | tee -a "$SUMMARY"
+fi
+note "== done, status $status"
+exit $status

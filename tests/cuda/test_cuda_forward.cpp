@@ -1,0 +1,216 @@
+// The CUDA flash forward (Backend::cuda) against the double-precision reference: every feature,
+// every head-dim bucket and the awkward shapes, for f16, bf16 and f32 storage. The "Small" cases
+// are the ones scripts/gpu/check.sh runs under compute-sanitizer.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda_case.hpp"
+
+namespace tileattn::test {
+namespace {
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  const auto add = [&](const std::string& name, const std::function<void(Case&)>& tweak) {
+    Case c;
+    c.name = name;
+    tweak(c);
+    cases.push_back(c);
+  };
+  // Small shapes (also the sanitizer set).
+  add("Small_plain", [](Case& c) { c.B = 2, c.Lq = c.Lk = 64, c.Hq = c.Hkv = 3, c.D = 64; });
+  add("Small_single_query_key", [](Case& c) { c.Lq = c.Lk = 1, c.Hq = c.Hkv = 4; });
+  add("Small_causal_window_mask", [](Case& c) {
+    c.B = 2, c.Lq = 70, c.Lk = 150, c.D = 64, c.causal = true, c.window_left = 40;
+    c.mask = MaskKind::bool_batch;
+  });
+  add("Small_odd_dim_padded", [](Case& c) {
+    c.Lq = 33, c.Lk = 70, c.D = 100, c.layout = Layout::padded, c.key_lengths = KeyLengths::i32;
+    c.B = 3;
+  });
+  add("Small_gqa_softcap_alibi", [](Case& c) {
+    c.Lq = 65, c.Lk = 130, c.Hq = 4, c.Hkv = 2, c.D = 128, c.softcap = 2.0f, c.alibi = Alibi::heads;
+  });
+
+  // Plain attention; lengths and head dims that are multiples of nothing.
+  add("plain_no_lse", [](Case& c) { c.Lq = c.Lk = 65, c.D = 64, c.lse = false; });
+  add("single_query", [](Case& c) { c.Lq = 1, c.Lk = 300, c.D = 128; });
+  add("single_key", [](Case& c) { c.Lq = 63, c.Lk = 1, c.D = 40; });
+  add("no_keys", [](Case& c) { c.Lq = 5, c.Lk = 0, c.D = 16; });
+  for (const std::int64_t L : {17, 63, 129, 257}) {
+    add("len_" + std::to_string(L),
+        [L](Case& c) { c.Lq = c.Lk = L, c.Hq = 2, c.Hkv = 1, c.D = 64; });
+  }
+  add("lq_17_lk_63", [](Case& c) { c.Lq = 17, c.Lk = 63, c.D = 96; });
+  add("lq_129_lk_257", [](Case& c) { c.Lq = 129, c.Lk = 257, c.D = 128; });
+  for (const std::int64_t D : {1, 24, 40, 64, 72, 96, 100, 128, 160, 192, 200, 256}) {
+    add("dim_" + std::to_string(D), [D](Case& c) { c.Lq = 133, c.Lk = 170, c.D = D; });
+  }
+  add("dv_lt_d", [](Case& c) { c.Lq = 40, c.Lk = 150, c.D = 128, c.Dv = 64; });
+  add("dv_gt_d", [](Case& c) { c.Lq = 40, c.Lk = 150, c.D = 24, c.Dv = 200; });
+  add("dv_odd", [](Case& c) { c.Lq = 19, c.Lk = 137, c.D = 64, c.Dv = 3; });
+
+  // Heads: GQA, MQA.
+  add("gqa", [](Case& c) { c.B = 2, c.Lq = 100, c.Lk = 200, c.Hq = 8, c.Hkv = 2, c.D = 64; });
+  add("mqa", [](Case& c) { c.Lq = 100, c.Lk = 200, c.Hq = 6, c.Hkv = 1, c.D = 128; });
+
+  // Causal, both alignments, Lq != Lk (whole masked rows when Lq > Lk, bottom-right).
+  add("causal_bottom_right", [](Case& c) { c.B = 2, c.Lq = c.Lk = 300, c.causal = true; });
+  add("causal_top_left",
+      [](Case& c) { c.Lq = c.Lk = 300, c.causal = true, c.alignment = Alignment::top_left; });
+  add("causal_br_lq_gt_lk", [](Case& c) { c.Lq = 300, c.Lk = 100, c.causal = true, c.D = 64; });
+  add("causal_br_lq_lt_lk", [](Case& c) { c.Lq = 100, c.Lk = 300, c.causal = true, c.D = 128; });
+  add("causal_tl_lq_gt_lk",
+      [](Case& c) { c.Lq = 300, c.Lk = 100, c.causal = true, c.alignment = Alignment::top_left; });
+  add("causal_tl_lq_lt_lk", [](Case& c) {
+    c.Lq = 100, c.Lk = 300, c.causal = true, c.alignment = Alignment::top_left, c.D = 64;
+  });
+
+  // Sliding windows.
+  add("window_left", [](Case& c) { c.Lq = c.Lk = 400, c.window_left = 50, c.D = 64; });
+  add("window_both",
+      [](Case& c) { c.Lq = 200, c.Lk = 450, c.window_left = 20, c.window_right = 70; });
+  add("window_zero", [](Case& c) { c.Lq = c.Lk = 130, c.window_left = 0, c.window_right = 0; });
+  add("window_causal_tl", [](Case& c) {
+    c.Lq = c.Lk = 333, c.causal = true, c.window_left = 100, c.alignment = Alignment::top_left;
+  });
+
+  // Masks, broadcast every way.
+  add("mask_bool_2d", [](Case& c) { c.Lq = 70, c.Lk = 90, c.mask = MaskKind::bool_2d; });
+  add("mask_bool_3d", [](Case& c) { c.Lq = 70, c.Lk = 90, c.mask = MaskKind::bool_3d; });
+  add("mask_bool_batch",
+      [](Case& c) { c.B = 2, c.Lq = 70, c.Lk = 90, c.mask = MaskKind::bool_batch; });
+  add("mask_bool_full",
+      [](Case& c) { c.B = 2, c.Lq = 70, c.Lk = 90, c.mask = MaskKind::bool_full; });
+  add("mask_bool_stride0",
+      [](Case& c) { c.B = 2, c.Lq = 70, c.Lk = 90, c.mask = MaskKind::bool_stride0; });
+  add("mask_key_padding", [](Case& c) {
+    c.B = 3, c.Lq = 70, c.Lk = 190, c.mask = MaskKind::bool_key_padding, c.D = 128;
+  });
+  add("mask_additive_2d", [](Case& c) { c.Lq = 70, c.Lk = 190, c.mask = MaskKind::additive_2d; });
+  add("mask_additive_full_causal", [](Case& c) {
+    c.B = 2, c.Lq = 70, c.Lk = 90, c.mask = MaskKind::additive_full, c.causal = true;
+  });
+
+  // Key lengths (batch entries of full, zero and random length), with causal bottom-right.
+  add("key_lengths_i32",
+      [](Case& c) { c.B = 4, c.Lq = 100, c.Lk = 200, c.key_lengths = KeyLengths::i32; });
+  add("key_lengths_i64_causal", [](Case& c) {
+    c.B = 4, c.Lq = 100, c.Lk = 200, c.key_lengths = KeyLengths::i64, c.causal = true, c.D = 128;
+  });
+
+  // Softcap, ALiBi, scale.
+  add("softcap", [](Case& c) { c.Lq = 100, c.Lk = 200, c.softcap = 1.5f; });
+  add("alibi_heads_causal", [](Case& c) {
+    c.Lq = 100, c.Lk = 200, c.Hq = 4, c.Hkv = 4, c.alibi = Alibi::heads, c.causal = true;
+  });
+  add("alibi_batch_heads",
+      [](Case& c) { c.B = 2, c.Lq = 100, c.Lk = 80, c.alibi = Alibi::batch_heads; });
+  add("everything", [](Case& c) {
+    c.B = 3, c.Lq = 90, c.Lk = 150, c.Hq = 4, c.Hkv = 2, c.D = 72, c.causal = true;
+    c.window_left = 60, c.mask = MaskKind::additive_full, c.key_lengths = KeyLengths::i32;
+    c.softcap = 3.0f, c.alibi = Alibi::batch_heads, c.layout = Layout::bhsd;
+  });
+  add("scale_negative", [](Case& c) { c.Lq = 50, c.Lk = 77, c.scale = -0.2f; });
+  add("scale_large", [](Case& c) { c.Lq = 50, c.Lk = 77, c.scale = 1.0f, c.D = 64; });
+
+  // Layouts and output dtypes.
+  add("layout_bhsd",
+      [](Case& c) { c.B = 2, c.Lq = 130, c.Lk = 130, c.layout = Layout::bhsd, c.D = 128; });
+  add("layout_padded",
+      [](Case& c) { c.B = 2, c.Lq = 130, c.Lk = 70, c.layout = Layout::padded, c.D = 64; });
+  add("layout_padded_causal", [](Case& c) {
+    c.Lq = 130, c.Lk = 170, c.layout = Layout::padded, c.D = 128, c.causal = true;
+  });
+  add("out_f32", [](Case& c) { c.Lq = 130, c.Lk = 170, c.out = OutDType::f32, c.D = 128; });
+  add("out_bf16", [](Case& c) { c.Lq = 130, c.Lk = 170, c.out = OutDType::bf16, c.D = 64; });
+
+  // Many K/V blocks: the cp.async pipeline, block skipping, L2 order.
+  add("long_causal_d128",
+      [](Case& c) { c.Lq = c.Lk = 1100, c.Hq = c.Hkv = 2, c.D = 128, c.causal = true; });
+  add("long_d64", [](Case& c) { c.B = 2, c.Lq = 700, c.Lk = 1500, c.Hq = 2, c.Hkv = 1, c.D = 64; });
+  add("long_d256_window",
+      [](Case& c) { c.Lq = c.Lk = 900, c.D = 256, c.window_left = 300, c.causal = true; });
+  return cases;
+}
+
+using Param = std::tuple<DType, Case>;
+
+class CudaForward : public ::testing::TestWithParam<Param> {};
+
+TEST_P(CudaForward, MatchesReference) {
+  TILEATTN_REQUIRE_CUDA();
+  const auto& [dtype, c] = GetParam();
+  TILEATTN_TRACE_SEED();
+  run_cuda_case(c, dtype);
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const auto& [dtype, c] = info.param;
+  return c.name + "_" + to_string(dtype);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CudaForward,
+                         ::testing::Combine(::testing::Values(DType::f16, DType::bf16, DType::f32),
+                                            ::testing::ValuesIn(all_cases())),
+                         param_name);
+
+TEST(CudaForwardApi, Small_RunsOnAStream) {
+  TILEATTN_REQUIRE_CUDA();
+  TILEATTN_TRACE_SEED();
+  cudaStream_t stream = nullptr;
+  TILEATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  Case c;
+  c.name = "stream";
+  c.B = 2, c.Lq = 90, c.Lk = 200, c.D = 64, c.causal = true;
+  run_cuda_case(c, DType::bf16, stream);
+  TILEATTN_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(CudaForwardApi, HostTensorsAreRejected) {
+  TILEATTN_REQUIRE_CUDA();
+  Rng rng = make_rng();
+  Case c;
+  const Problem problem(c, DType::bf16, rng);
+  HostTensor out = problem.make_out();
+  Context ctx;
+  ctx.backend = Backend::cuda;
+  EXPECT_THROW(attention_forward(problem.args(out, nullptr), ctx), Error);
+}
+
+// Device-resident key lengths are not validated on the host: the kernel clamps them into [0, Lk].
+TEST(CudaForwardApi, Small_DeviceKeyLengthsAreClamped) {
+  TILEATTN_REQUIRE_CUDA();
+  TILEATTN_TRACE_SEED();
+  Rng rng = make_rng();
+  Case c;
+  c.B = 2, c.Lq = 40, c.Lk = 90, c.D = 64, c.key_lengths = KeyLengths::i32;
+  Problem problem(c, DType::f16, rng);
+  problem.key_lengths.set(0, 0.0f);
+  problem.key_lengths.set(1, static_cast<float>(c.Lk));
+  HostTensor ref = problem.make_out();
+  attention_forward(problem.args(ref, nullptr), {Backend::reference, 0});
+
+  HostTensor wild = HostTensor::contiguous(DType::i32, {2});
+  wild.set(0, -7.0f);
+  wild.set(1, static_cast<float>(c.Lk + 1000));
+  HostTensor out = problem.make_out();
+  const DeviceTensor q(problem.q), k(problem.k), v(problem.v), lengths(wild), out_dev(out);
+  AttentionArgs args = problem.args(out, nullptr);
+  args.q = q.view(), args.k = k.view(), args.v = v.view(), args.out = out_dev.view();
+  args.key_lengths = lengths.view();
+  attention_forward(args, {Backend::cuda});
+  TILEATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  out_dev.download(out);
+  const ErrorStats e = compare(out.to_f32(), ref.to_f32());
+  EXPECT_EQ(e.nonfinite, 0) << e.str();
+  EXPECT_LE(e.rel_l2, 2e-3) << e.str();
+}
+
+}  // namespace
+}  // namespace tileattn::test
