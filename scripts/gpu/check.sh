@@ -5,6 +5,7 @@
 #
 #   bash scripts/gpu/check.sh [stages]      stages: any of build test sanitize bench (default all)
 #
+# Before a device call run scripts/gpu/prepare.sh here and carry .gpu-deps.
 # Environment: OUT (results folder; default build-gpu/out), JOBS (default nproc), CTEST_REGEX
 # (unset: the GPU test binary only; "." adds every CTest suite), BENCH_DIMS, BENCH_LENGTHS,
 # BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper). Writes at most 8 files under
