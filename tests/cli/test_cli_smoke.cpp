@@ -1,0 +1,176 @@
+// The other subcommands run and exit 0 on tiny shapes; bench --json is one JSON object with the
+// documented keys (docs/cli.md). No timing assertions.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cstring>
+#include <map>
+
+#include "cli_test_support.hpp"
+
+namespace tileattn::cli_test {
+namespace {
+
+// A minimal JSON reader: enough to check that bench --json is one valid object and to list its
+// top-level keys with their raw values.
+class Json {
+ public:
+  explicit Json(const std::string& text) : s_(text) {}
+
+  bool parse_object(std::map<std::string, std::string>& members) {
+    if (!consume('{')) return false;
+    if (consume('}')) return at_end();
+    do {
+      std::string key;
+      if (!string(key) || !consume(':')) return false;
+      const std::size_t start = (space(), i_);
+      if (!value()) return false;
+      members[key] = s_.substr(start, i_ - start);
+    } while (consume(','));
+    return consume('}') && at_end();
+  }
+
+ private:
+  void space() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+  }
+  bool consume(char c) {
+    space();
+    if (i_ < s_.size() && s_[i_] == c) return ++i_, true;
+    return false;
+  }
+  bool at_end() { return space(), i_ == s_.size(); }
+  bool string(std::string& out) {
+    if (!consume('"')) return false;
+    while (i_ < s_.size() && s_[i_] != '"') {
+      if (s_[i_] == '\\') ++i_;
+      out += s_[i_++];
+    }
+    return i_ < s_.size() && s_[i_++] == '"';
+  }
+  bool value() {
+    space();
+    std::string ignored;
+    if (i_ < s_.size() && s_[i_] == '"') return string(ignored);
+    for (const char* word : {"null", "true", "false"})
+      if (s_.compare(i_, std::strlen(word), word) == 0) return i_ += std::strlen(word), true;
+    const std::size_t start = i_;
+    if (i_ < s_.size() && s_[i_] == '-') ++i_;
+    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' ||
+                              s_[i_] == 'e' || s_[i_] == 'E' || s_[i_] == '+' || s_[i_] == '-'))
+      ++i_;
+    return i_ > start;
+  }
+
+  const std::string& s_;
+  std::size_t i_ = 0;
+};
+
+TEST(CliSmoke, Info) {
+  TempDir dir;
+  const CliResult r = run_cli({"info"}, dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("tileattn"), std::string::npos);
+  EXPECT_NE(r.out.find("CUDA"), std::string::npos);
+}
+
+TEST(CliSmoke, Verify) {
+  TempDir dir;
+  const CliResult r = run_cli({"verify", "--lq", "33", "--lk", "47", "--dim", "32"}, dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+}
+
+TEST(CliSmoke, VerifyBf16WithCausalAndIsaCap) {
+  TempDir dir;
+  const CliResult r = run_cli({"verify", "--lq", "40", "--lk", "40", "--dim", "32", "--dtype",
+                               "bf16", "--causal", "bottom-right", "--isa", "avx2"},
+                              dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+}
+
+TEST(CliSmoke, VerifyFailsOverTolerance) {  // an impossible tolerance makes it exit non-zero
+  TempDir dir;
+  const CliResult r =
+      run_cli({"verify", "--lq", "16", "--dim", "16", "--dtype", "bf16", "--tolerance", "1e-30"},
+              dir.path());
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("FAIL"), std::string::npos) << r.out;
+}
+
+TEST(CliSmoke, BenchJson) {
+  TempDir dir;
+  const CliResult r =
+      run_cli({"bench", "--batch", "1", "--heads", "2", "--lq", "64", "--dim", "32", "--causal",
+               "bottom-right", "--iters", "1", "--warmup", "0", "--peak-seconds", "0.05", "--json"},
+              dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::string> members;
+  ASSERT_TRUE(Json(r.out).parse_object(members)) << r.out;
+  for (const char* key : {"version",
+                          "backend",
+                          "isa",
+                          "dtype",
+                          "threads",
+                          "batch",
+                          "heads",
+                          "kv_heads",
+                          "lq",
+                          "lk",
+                          "dim",
+                          "dim_v",
+                          "causal",
+                          "window_left",
+                          "window_right",
+                          "softcap",
+                          "seed",
+                          "iters",
+                          "warmup",
+                          "flops",
+                          "flash_median_s",
+                          "flash_gflops",
+                          "baseline_blas_core",
+                          "baseline_threading",
+                          "baseline_median_s",
+                          "baseline_gflops",
+                          "ratio",
+                          "flash_vs_baseline_rel_l2",
+                          "peak_isa",
+                          "peak_gflops",
+                          "flash_pct_of_peak"})
+    EXPECT_TRUE(members.count(key)) << "missing key " << key << " in " << r.out;
+  EXPECT_EQ(members["lq"], "64");
+  EXPECT_EQ(members["causal"], "\"bottom-right\"");
+  EXPECT_EQ(members["flops"], "524288");  // 2*1*2*64*64*(32+32) / 2 (causal, Lq == Lk)
+  EXPECT_NE(members["baseline_gflops"], "null");
+  // flash and the naive baseline computed the same thing
+  EXPECT_LT(std::stod(members["flash_vs_baseline_rel_l2"]), 1e-4) << r.out;
+}
+
+TEST(CliSmoke, BenchNoBaselineText) {
+  TempDir dir;
+  const CliResult r =
+      run_cli({"bench", "--heads", "2", "--kv-heads", "1", "--lq", "32", "--lk", "48", "--dim",
+               "16", "--iters", "1", "--warmup", "0", "--peak-seconds", "0", "--no-baseline"},
+              dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("GFLOP/s"), std::string::npos) << r.out;
+}
+
+TEST(CliSmoke, DemoSmallShape) {
+  TempDir dir;
+  const CliResult r = run_cli({"demo", "--heads", "4", "--kv-heads", "2", "--lq", "96", "--dim",
+                               "32", "--check-rows", "40"},
+                              dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+}
+
+TEST(CliSmoke, HelpExitsZero) {
+  TempDir dir;
+  EXPECT_EQ(run_cli({"--help"}, dir.path()).exit_code, 0);
+  EXPECT_EQ(run_cli({"run", "--help"}, dir.path()).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace tileattn::cli_test

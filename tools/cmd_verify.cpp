@@ -1,0 +1,91 @@
+// tileattn verify: one backend against the double-precision reference on random inputs.
+// Tolerances on the relative L2 error: 1e-5 for f32; 1e-2 for f16/bf16 (a coarse CLI bound: the
+// test suite applies FlashAttention's stricter "2x a naive same-precision implementation" rule).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+
+#include "commands.hpp"
+#include "compare.hpp"
+#include "cpu/flash_forward.hpp"
+#include "cuda_staging.hpp"
+#include "options.hpp"
+
+namespace tileattn::tools {
+namespace {
+
+struct VerifyOptions {
+  Problem problem;
+  double tolerance = 0.0;  // 0 = by dtype
+};
+
+double default_tolerance(DType dtype) {
+  return dtype == DType::f32 ? 1e-5 : 1e-2;
+}
+
+bool report(const char* name, const ErrorStats& e, double tolerance) {
+  const bool ok = e.rel_l2 <= tolerance;
+  std::printf("  %-4s rel L2 %.3e  max abs %.3e  (%lld values, tolerance rel L2 <= %.0e)  %s\n",
+              name, e.rel_l2, e.max_abs, static_cast<long long>(e.count), tolerance,
+              ok ? "ok" : "FAIL");
+  return ok;
+}
+
+int verify(VerifyOptions& o) {
+  Problem& p = o.problem;
+  p.resolve_defaults();
+  p.with_lse = true;
+  const Context ctx = p.context();
+  // The cuda backend computes f32 storage with bf16 operands: bf16's tolerance.
+  const DType tolerance_dtype =
+      ctx.backend == Backend::cuda && p.dtype == "f32" ? DType::bf16 : parse_dtype(p.dtype);
+  const double tolerance = o.tolerance > 0.0 ? o.tolerance : default_tolerance(tolerance_dtype);
+
+  AttentionBuffers tested = p.make_buffers();
+  AttentionArgs args = p.args();
+  tested.bind(args);
+  {
+    const DeviceStaging device(tested, args, ctx);  // --backend cuda: device copies
+    attention_forward(args, ctx);
+    device.fetch(tested);
+  }
+
+  AttentionBuffers reference = tested;  // same inputs, fresh outputs
+  reference.out = HostTensor(DType::f32, tested.out.shape());
+  reference.lse = HostTensor(DType::f32, tested.lse.shape());
+  AttentionArgs ref_args = p.args();
+  reference.bind(ref_args);
+  Context ref_ctx;
+  ref_ctx.backend = Backend::reference;
+  ref_ctx.threads = p.threads;
+  attention_forward(ref_args, ref_ctx);
+
+  const bool uses_isa = ctx.backend == Backend::cpu || ctx.backend == Backend::automatic;
+  std::printf("tileattn verify: %s seed=%llu\n", p.describe().c_str(),
+              static_cast<unsigned long long>(p.seed));
+  std::printf("  backend %s%s%s vs reference (double precision)\n", p.backend.c_str(),
+              uses_isa ? ", cpu isa " : "",
+              uses_isa ? to_string(detail::select_cpu_isa(ctx.cpu_isa)) : "");
+  const bool out_ok = report("out", compare(tested.out, reference.out), tolerance);
+  const bool lse_ok = report("lse", compare(tested.lse, reference.lse), tolerance);
+  std::printf("%s\n", out_ok && lse_ok ? "PASS" : "FAIL");
+  return out_ok && lse_ok ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_verify_command(CLI::App& app) {
+  auto o = std::make_shared<VerifyOptions>();
+  Problem& p = o->problem;
+  p.batch = 2, p.heads = 4, p.kv_heads = 2, p.len_q = 96, p.len_k = 160, p.dim = 64;
+  CLI::App* sub = app.add_subcommand(
+      "verify",
+      "Check a backend against the reference on random inputs (exit 1 if over tolerance)");
+  p.add_options(*sub);
+  sub->add_option("--tolerance", o->tolerance,
+                  "Max rel L2 error of out and lse; 0 = 1e-5 for f32, 1e-2 for f16/bf16")
+      ->capture_default_str();
+  return {sub, [o] { return verify(*o); }};
+}
+
+}  // namespace tileattn::tools

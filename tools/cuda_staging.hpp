@@ -1,0 +1,40 @@
+// Device staging for --backend cuda: the tool's buffers live on the host (AttentionBuffers); this
+// copies every present tensor to device memory, points AttentionArgs at the device copies, and
+// copies out (and lse) back. Inactive (a no-op) for the host backends and in builds without CUDA,
+// where the library itself reports that the cuda backend is missing.
+#pragma once
+
+#include <vector>
+
+#include "tensor_io.hpp"
+#include "tileattn/tileattn.hpp"
+
+namespace tileattn::tools {
+
+class DeviceStaging {
+ public:
+  // Stages `host` when ctx.backend is Backend::cuda and rebinds `args` (already bound to `host`)
+  // to the device copies, on device 0. Throws ToolError with CUDA's message on failure.
+  DeviceStaging(const AttentionBuffers& host, AttentionArgs& args, const Context& ctx);
+  ~DeviceStaging();
+  DeviceStaging(const DeviceStaging&) = delete;
+  DeviceStaging& operator=(const DeviceStaging&) = delete;
+
+  bool active() const noexcept { return active_; }
+  // Waits for the work queued on the context's stream (timing loops call it after each run).
+  void synchronize() const;
+  // Synchronises, then copies out and lse from the device into `host`.
+  void fetch(AttentionBuffers& host) const;
+
+ private:
+  struct Copy {
+    void* device = nullptr;
+    std::size_t bytes = 0;
+  };
+  bool active_ = false;
+  void* stream_ = nullptr;
+  std::vector<Copy> copies_;  // every allocation, freed by the destructor
+  Copy out_, lse_;
+};
+
+}  // namespace tileattn::tools

@@ -1,0 +1,44 @@
+// tileattn: the command-line tool. Errors are reported as one line on stderr with a non-zero
+// exit status; see docs/cli.md.
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+#include <string_view>
+#include <vector>
+
+#include "commands.hpp"
+#include "openblas_core.hpp"
+#include "options.hpp"
+
+int main(int argc, char** argv) {
+  using namespace tileattn::tools;
+  if (argc > 1 && std::string_view(argv[1]) == "bench") reexec_with_openblas_core_if_needed(argv);
+  CLI::App app{"tileattn: attention operators (flash attention on CPU and CUDA)", "tileattn"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", tileattn::build_info().version);
+  const std::vector<Command> commands = {add_run_command(app), add_bench_command(app),
+                                         add_verify_command(app), add_info_command(app),
+                                         add_demo_command(app)};
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "tileattn: error: " << one_line(e.what()) << " (see tileattn --help)\n";
+    return e.get_exit_code() != 0 ? e.get_exit_code() : 2;
+  }
+
+  try {
+    for (const Command& command : commands)
+      if (command.subcommand->parsed()) return command.run();
+  } catch (const std::exception& e) {
+    std::cerr << "tileattn: error: " << one_line(e.what()) << '\n';
+    return 1;
+  }
+  return 2;
+}

@@ -1,0 +1,230 @@
+#include "options.hpp"
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdio>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+#include "random_inputs.hpp"
+
+namespace tileattn::tools {
+namespace {
+
+bool parse_int(std::string_view text, std::int64_t& value) {
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  return ec == std::errc() && ptr == end && !text.empty();
+}
+
+}  // namespace
+
+void apply_causal(const std::string& causal, AttentionArgs& args) {
+  if (causal == "none") {
+    args.causal = false;
+  } else if (causal == "top-left") {
+    args.causal = true;
+    args.alignment = Alignment::top_left;
+  } else if (causal == "bottom-right") {
+    args.causal = true;
+    args.alignment = Alignment::bottom_right;
+  } else {
+    throw ToolError("--causal: '" + causal + "' is not one of none, top-left, bottom-right");
+  }
+}
+
+void parse_window(const std::string& window, std::int64_t& left, std::int64_t& right) {
+  const std::size_t comma = window.find(',');
+  if (comma == std::string::npos || !parse_int(std::string_view(window).substr(0, comma), left) ||
+      !parse_int(std::string_view(window).substr(comma + 1), right))
+    throw ToolError("--window: expected LEFT,RIGHT (integers, -1 = unbounded), got '" + window +
+                    "'");
+}
+
+DType parse_dtype(const std::string& name) {
+  if (name == "f32") return DType::f32;
+  if (name == "f16") return DType::f16;
+  if (name == "bf16") return DType::bf16;
+  throw ToolError("--dtype: '" + name + "' is not one of f32, f16, bf16");
+}
+
+Backend parse_backend(const std::string& name) {
+  if (name == "auto") return Backend::automatic;
+  if (name == "cpu") return Backend::cpu;
+  if (name == "reference") return Backend::reference;
+  if (name == "cuda") return Backend::cuda;
+  throw ToolError("--backend: '" + name + "' is not one of auto, cpu, reference, cuda");
+}
+
+// Every CpuIsa the library names, best first (the enum is ordered so), then "best".
+std::vector<CpuIsa> known_isas() {
+  std::vector<CpuIsa> isas;
+  for (int i = 0; i < 32; ++i) {
+    const auto isa = static_cast<CpuIsa>(i);
+    if (std::string_view(to_string(isa)) != "unknown") isas.push_back(isa);
+  }
+  isas.push_back(CpuIsa::best);
+  return isas;
+}
+
+std::string isa_names() {
+  std::string names;
+  for (const CpuIsa isa : known_isas())
+    names += (names.empty() ? "" : ", ") + std::string(to_string(isa));
+  return names;
+}
+
+CpuIsa parse_isa(const std::string& name) {
+  for (const CpuIsa isa : known_isas())
+    if (name == to_string(isa)) return isa;
+  throw ToolError("--isa: '" + name + "' is not one of " + isa_names());
+}
+
+void add_isa_option(CLI::App& app, std::string& target) {
+  app.add_option("--isa", target, "Cap on the CPU instruction set: " + isa_names())
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            for (const CpuIsa isa : known_isas())
+              if (value == to_string(isa)) return {};
+            return "'" + value + "' is not one of " + isa_names();
+          },
+          "ISA"))
+      ->capture_default_str();
+}
+
+Layout parse_layout(const std::string& name) {
+  if (name == "bshd") return Layout::bshd;
+  if (name == "bhsd") return Layout::bhsd;
+  throw ToolError("--layout: '" + name + "' is not one of bshd, bhsd");
+}
+
+void check_causal_option(CLI::App& app, std::string& target) {
+  app.add_option("--causal", target,
+                 "Causal mask: none, top-left (PyTorch is_causal) or bottom-right (FlashAttention)")
+      ->check(CLI::IsMember({"none", "top-left", "bottom-right"}))
+      ->capture_default_str();
+}
+
+void check_window_option(CLI::App& app, std::string& target) {
+  app.add_option("--window", target, "Sliding window LEFT,RIGHT; -1 = unbounded on that side")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            std::int64_t left = 0, right = 0;
+            try {
+              parse_window(value, left, right);
+            } catch (const ToolError&) {
+              return "expected LEFT,RIGHT (integers, -1 = unbounded), got '" + value + "'";
+            }
+            return {};
+          },
+          "LEFT,RIGHT"))
+      ->capture_default_str();
+}
+
+void Problem::resolve_defaults() {
+  if (kv_heads == 0) kv_heads = heads;
+  if (len_k == 0) len_k = len_q;
+  if (dim_v == 0) dim_v = dim;
+  if (seed == 0) seed = fresh_seed();
+}
+
+void Problem::add_options(CLI::App& app) {
+  app.add_option("--batch,-b", batch, "Batch size B")->capture_default_str();
+  app.add_option("--heads", heads, "Query heads Hq")->capture_default_str();
+  app.add_option("--kv-heads", kv_heads, "Key/value heads Hkv (default: Hq; Hq % Hkv == 0)");
+  app.add_option("--lq", len_q, "Query length Lq")->capture_default_str();
+  app.add_option("--lk", len_k, "Key length Lk (default: Lq)");
+  app.add_option("--dim", dim, "Head dim D of q and k")->capture_default_str();
+  app.add_option("--dim-v", dim_v, "Head dim Dv of v (default: D)");
+  check_causal_option(app, causal);
+  check_window_option(app, window);
+  app.add_option("--softcap", softcap, "Softcap c > 0: s = c*tanh(s/c); 0 = off")
+      ->capture_default_str();
+  app.add_option("--scale", scale, "Score scale; 0 = 1/sqrt(D)")->capture_default_str();
+  app.add_option("--dtype", dtype, "Storage precision of q, k, v")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--backend", backend, "Backend: auto, cpu, reference, cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "reference", "cuda"}))
+      ->capture_default_str();
+  add_isa_option(app, isa);
+  app.add_option("--threads", threads, "CPU threads; 0 = OpenMP default")
+      ->check(CLI::Range(0, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--seed", seed, "Random seed; 0 = a fresh one (printed)");
+}
+
+AttentionArgs Problem::args() const {
+  AttentionArgs a;
+  apply_causal(causal, a);
+  parse_window(window, a.window_left, a.window_right);
+  a.softcap = softcap;
+  a.scale = scale;
+  return a;
+}
+
+Context Problem::context() const {
+  Context ctx;
+  ctx.backend = parse_backend(backend);
+  ctx.cpu_isa = parse_isa(isa);
+  ctx.threads = threads;
+  return ctx;
+}
+
+AttentionBuffers Problem::make_buffers() const {
+  if (batch < 1 || heads < 1 || kv_heads < 1 || len_q < 0 || len_k < 0 || dim < 1 || dim_v < 1)
+    throw ToolError("the problem shape must have B, Hq, Hkv, D, Dv >= 1 and Lq, Lk >= 0");
+  const DType storage = parse_dtype(dtype);
+  AttentionBuffers buf;
+  buf.q = HostTensor(storage, {batch, len_q, heads, dim});
+  buf.k = HostTensor(storage, {batch, len_k, kv_heads, dim});
+  buf.v = HostTensor(storage, {batch, len_k, kv_heads, dim_v});
+  fill_normal(buf.q, seed);
+  fill_normal(buf.k, seed + 1);
+  fill_normal(buf.v, seed + 2);
+  buf.out = HostTensor(DType::f32, {batch, len_q, heads, dim_v});
+  if (with_lse) buf.lse = HostTensor(DType::f32, {batch, heads, len_q});
+  return buf;
+}
+
+double Problem::flops() const {
+  double f = 2.0 * static_cast<double>(batch) * static_cast<double>(heads) *
+             static_cast<double>(len_q) * static_cast<double>(len_k) *
+             static_cast<double>(dim + dim_v);
+  if (causal != "none" && len_q == len_k) f *= 0.5;
+  return f;
+}
+
+std::string Problem::describe() const {
+  std::ostringstream os;
+  os << "B=" << batch << " Hq=" << heads << " Hkv=" << kv_heads << " Lq=" << len_q
+     << " Lk=" << len_k << " D=" << dim << " Dv=" << dim_v << " dtype=" << dtype
+     << " causal=" << causal;
+  if (window != "-1,-1") os << " window=" << window;
+  if (softcap > 0.0f) os << " softcap=" << softcap;
+  return os.str();
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return text;
+}
+
+std::string one_line(const std::string& message) {
+  std::string s = message;
+  constexpr std::string_view prefix = "tileattn: ";
+  if (s.compare(0, prefix.size(), prefix) == 0) s.erase(0, prefix.size());
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+}  // namespace tileattn::tools

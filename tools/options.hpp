@@ -1,0 +1,66 @@
+// Options shared by the subcommands: parsing of the attention flags (--causal, --window, --dtype,
+// --backend, --isa) and the random-problem description used by bench, verify and demo.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tensor_io.hpp"
+#include "tileattn/tileattn.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace tileattn::tools {
+
+// --causal none|top-left|bottom-right applied to args (causal flag and alignment).
+void apply_causal(const std::string& causal, AttentionArgs& args);
+// --window LEFT,RIGHT ("-1" = unbounded on that side). Throws ToolError when malformed.
+void parse_window(const std::string& window, std::int64_t& left, std::int64_t& right);
+DType parse_dtype(const std::string& name);      // f32 | f16 | bf16
+Backend parse_backend(const std::string& name);  // auto | cpu | reference | cuda
+CpuIsa parse_isa(const std::string& name);     // best or any CpuIsa name (amx_bf16, ..., portable)
+Layout parse_layout(const std::string& name);  // bshd | bhsd
+
+// The CLI11 validators matching the parsers above (so errors come at parse time).
+void check_causal_option(CLI::App& app, std::string& target);
+void check_window_option(CLI::App& app, std::string& target);
+void add_isa_option(CLI::App& app, std::string& target);
+
+// A random attention problem (bench, verify, demo). Always bshd; out is f32.
+struct Problem {
+  std::int64_t batch = 1, heads = 8, kv_heads = 0, len_q = 256, len_k = 0, dim = 64, dim_v = 0;
+  std::string causal = "none";
+  std::string window = "-1,-1";
+  float softcap = 0.0f;
+  float scale = 0.0f;
+  std::string dtype = "f32";
+  std::string backend = "cpu";
+  std::string isa = "best";
+  int threads = 0;
+  std::uint64_t seed = 0;  // 0 = fresh
+  bool with_lse = false;
+
+  // kv_heads, len_k, dim_v default to heads, len_q, dim when 0.
+  void resolve_defaults();
+  // Registers --batch --heads --kv-heads --lq --lk --dim --dim-v --causal --window --softcap
+  // --scale --dtype --backend --isa --threads --seed on a subcommand.
+  void add_options(CLI::App& app);
+
+  AttentionArgs args() const;  // everything but the tensors
+  Context context() const;
+  // q, k, v filled with N(0, 1) in `dtype`; out f32; lse when with_lse.
+  AttentionBuffers make_buffers() const;
+  // FLOPs credited to one forward call: 2·B·Hq·Lq·Lk·(D + Dv), halved for causal when Lq == Lk.
+  double flops() const;
+  std::string describe() const;  // one line: shape and options
+};
+
+// "1.23 GiB" style.
+std::string format_bytes(double bytes);
+
+// The library's message without its "tileattn: " prefix, on one line.
+std::string one_line(const std::string& message);
+
+}  // namespace tileattn::tools

@@ -1,0 +1,141 @@
+#include "tensor_io.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/float_convert.hpp"
+#include "npy.hpp"
+
+namespace tileattn::tools {
+namespace {
+
+DType from_npy(npy::ElementType t) {
+  switch (t) {
+    case npy::ElementType::f32: return DType::f32;
+    case npy::ElementType::f16: return DType::f16;
+    case npy::ElementType::boolean: return DType::boolean;
+    case npy::ElementType::i32: return DType::i32;
+    case npy::ElementType::i64: return DType::i64;
+  }
+  return DType::f32;
+}
+
+npy::ElementType to_npy(DType t) {
+  switch (t) {
+    case DType::f32: return npy::ElementType::f32;
+    case DType::f16: return npy::ElementType::f16;
+    case DType::boolean: return npy::ElementType::boolean;
+    case DType::i32: return npy::ElementType::i32;
+    case DType::i64: return npy::ElementType::i64;
+    case DType::bf16: break;
+  }
+  throw ToolError("bf16 tensors cannot be saved as .npy (numpy has no bfloat16); convert to f32");
+}
+
+}  // namespace
+
+HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape)
+    : dtype_(dtype), shape_(std::move(shape)) {
+  bytes_.resize(static_cast<std::size_t>(numel()) * size_of(dtype_));
+}
+
+HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape, std::vector<std::byte> bytes)
+    : dtype_(dtype), shape_(std::move(shape)), bytes_(std::move(bytes)) {}
+
+std::int64_t HostTensor::numel() const noexcept {
+  std::int64_t n = 1;
+  for (const std::int64_t d : shape_) n *= d;
+  return n;
+}
+
+Tensor HostTensor::view(const char* name) const {
+  Tensor t;
+  if (empty()) return t;
+  if (shape_.empty() || shape_.size() > 4)
+    throw ToolError(std::string(name) + ": rank " + std::to_string(shape_.size()) +
+                    " is not supported (tensors have rank 1..4)");
+  // A zero-element tensor still needs a non-null pointer: null means "absent" to the library.
+  static std::byte zero_elements[16];
+  t.data = bytes_.empty() ? zero_elements : const_cast<std::byte*>(bytes_.data());
+  t.dtype = dtype_;
+  t.rank = static_cast<int>(shape_.size());
+  std::int64_t stride = 1;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    t.shape[d] = shape_[static_cast<std::size_t>(d)];
+    t.stride[d] = stride;
+    stride *= t.shape[d];
+  }
+  return t;
+}
+
+HostTensor load_npy(const std::filesystem::path& path, const char* name) {
+  try {
+    npy::Array a = npy::read(path);
+    return HostTensor(from_npy(a.type), std::move(a.shape), std::move(a.bytes));
+  } catch (const npy::NpyError& e) {
+    throw ToolError(std::string(name) + ": " + e.what());
+  }
+}
+
+void save_npy(const std::filesystem::path& path, const HostTensor& t) {
+  try {
+    npy::write(path, to_npy(t.dtype()), t.shape(), t.data());
+  } catch (const npy::NpyError& e) {
+    throw ToolError(e.what());
+  }
+}
+
+bool is_float_storage(DType dtype) noexcept {
+  return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+}
+
+float load_f32(const HostTensor& t, std::int64_t i) noexcept {
+  return detail::load_as_f32(t.data(), t.dtype(), i);
+}
+
+HostTensor convert(HostTensor t, DType to) {
+  if (t.empty() || t.dtype() == to) return t;
+  if (!is_float_storage(t.dtype()) || !is_float_storage(to))
+    throw ToolError(std::string("cannot convert ") + to_string(t.dtype()) + " to " + to_string(to));
+  HostTensor r(to, t.shape());
+  const std::int64_t n = t.numel();
+  const void* src = t.data();
+  void* dst = r.data();
+  const DType from = t.dtype();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i)
+    detail::store_from_f32(dst, to, i, detail::load_as_f32(src, from, i));
+  return r;
+}
+
+void AttentionBuffers::bind(AttentionArgs& args) const {
+  const auto layout_view = [this](const HostTensor& t, const char* name) {
+    Tensor view = t.view(name);
+    if (layout == Layout::bhsd && view.rank == 4) view = bhsd_as_bshd(view);
+    return view;
+  };
+  args.q = layout_view(q, "q");
+  args.k = layout_view(k, "k");
+  args.v = layout_view(v, "v");
+  args.out = layout_view(out, "out");
+  args.lse = lse.view("lse");
+  args.mask = mask.view("mask");
+  args.key_lengths = key_lengths.view("key_lengths");
+  args.alibi_slopes = alibi_slopes.view("alibi_slopes");
+}
+
+std::vector<std::int64_t> out_shape(const HostTensor& q, const HostTensor& v) {
+  if (q.shape().size() != 4 || v.shape().size() != 4) return {1, 1, 1, 1};
+  std::vector<std::int64_t> s = q.shape();
+  s[3] = v.shape()[3];
+  return s;
+}
+
+std::vector<std::int64_t> lse_shape(const HostTensor& q, Layout layout) {
+  if (q.shape().size() != 4) return {1, 1, 1};
+  const auto& s = q.shape();
+  return layout == Layout::bshd ? std::vector<std::int64_t>{s[0], s[2], s[1]}
+                                : std::vector<std::int64_t>{s[0], s[1], s[2]};
+}
+
+}  // namespace tileattn::tools
