@@ -15,9 +15,11 @@ ctest --preset default -j "$jobs"
 nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 if [ -x "$nvcc_path" ]; then
   echo "== CUDA build (compile only on machines without a GPU)"
+  # Only what the CPU build has not covered: the library with its CUDA kernels and the GPU tests
+  # (which skip themselves without a GPU).
   cmake --preset cuda -DCMAKE_CUDA_COMPILER="$nvcc_path" >/dev/null
-  cmake --build --preset cuda -j "$jobs"
-  ctest --preset cuda -j "$jobs"
+  cmake --build --preset cuda -j "$jobs" --target tileattn tileattn_cuda_tests
+  ctest --preset cuda -j "$jobs" --tests-regex 'Cuda'
 fi
 
 if [ "${TILEATTN_SANITIZE:-0}" = "1" ]; then
