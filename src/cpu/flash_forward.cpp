@@ -345,8 +345,17 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
       std::clamp<std::int64_t>(plan.config.pack_budget_bytes / head_bytes, 1, pairs);
   // Packed K/V of one phase, as raw bytes in the family's element type (64-byte aligned rows are
   // not required by either family).
-  std::vector<float> packed(static_cast<std::size_t>(
-      (pairs_per_phase * (plan.k_head_elems + plan.v_head_elems) * elem + 3) / 4));
+  // The packed phase buffer is kept per calling thread and reused by later calls, so that a
+  // steady stream of calls does not pay for allocation and page faults each time. It holds at
+  // most max(pack_budget_bytes, one head's packed K/V) and is freed when the thread exits.
+  thread_local std::vector<float> packed;
+  const auto packed_floats = static_cast<std::size_t>(
+      (pairs_per_phase * (plan.k_head_elems + plan.v_head_elems) * elem + 3) / 4);
+  if (packed.size() < packed_floats) {
+    packed.clear();
+    packed.shrink_to_fit();
+    packed.resize(packed_floats);
+  }
   char* const k_base = reinterpret_cast<char*>(packed.data());
   char* const v_base = k_base + pairs_per_phase * plan.k_head_elems * elem;
   std::vector<WorkItem> work;
