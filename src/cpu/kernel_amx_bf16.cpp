@@ -22,6 +22,7 @@ namespace tileattn::detail::isa_amx_bf16 {
 namespace {
 
 #include "cpu/online_softmax.inl"
+#include "cpu/round_probabilities.inl"
 
 constexpr std::int64_t kAmxBlockQ = cpu_tile_config(KernelFamily::amx).block_q;
 static_assert(kAmxBlockQ % 32 == 0 && kBlockK % 32 == 0, "whole 32 x 32 tile blocks");
@@ -110,19 +111,6 @@ void accumulate_block(const TileJob& job, const std::uint16_t* v_block) {
                      16 * dvp * 2, kBlockK / 32);
       store_32x32(o, dvp);
     }
-}
-
-// P (f32, in job.scores) -> bf16 rows of job.probs_bf16, rounding to nearest even.
-void round_probabilities(const TileJob& job) {
-  for (std::int64_t r = 0; r < job.rows; ++r) {
-    const float* src = job.scores + r * kBlockK;
-    std::uint16_t* dst = job.probs_bf16 + r * kBlockK;
-    for (std::int64_t c = 0; c < kBlockK; c += 32) {
-      const __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16),
-                                                _mm512_loadu_ps(src + c));
-      _mm512_storeu_si512(dst + c, (__m512i)pair);
-    }
-  }
 }
 
 void attend_tile(const TileJob& job) {

@@ -19,6 +19,7 @@ namespace tileattn::detail::isa_avx512_bf16_dot {
 namespace {
 
 #include "cpu/online_softmax.inl"
+#include "cpu/round_probabilities.inl"
 
 constexpr std::int64_t kDotBlockQ = cpu_tile_config(KernelFamily::bf16_dot).block_q;
 constexpr int kQkRows = 12;  // S micro-tile: 12 rows x 32 keys (2 vectors)
@@ -113,19 +114,6 @@ void accumulate_block(const TileJob& job, const std::uint16_t* v_block) {
   for (; col0 + kPvVecs * 16 <= job.dim_v_padded; col0 += kPvVecs * 16)
     pv_columns<kPvVecs>(job, v_block, col0);
   for (; col0 < job.dim_v_padded; col0 += 16) pv_columns<1>(job, v_block, col0);
-}
-
-// P (f32, in job.scores) -> bf16 rows of job.probs_bf16, rounding to nearest even.
-void round_probabilities(const TileJob& job) {
-  for (std::int64_t r = 0; r < job.rows; ++r) {
-    const float* src = job.scores + r * kBlockK;
-    std::uint16_t* dst = job.probs_bf16 + r * kBlockK;
-    for (std::int64_t c = 0; c < kBlockK; c += 32) {
-      const __m512bh pair =
-          _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16), _mm512_loadu_ps(src + c));
-      _mm512_storeu_si512(dst + c, (__m512i)pair);
-    }
-  }
 }
 
 void attend_tile(const TileJob& job) {

@@ -21,6 +21,7 @@
 
 #include "cuda/common/elements.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/tile_coords.cuh"
 #include "cuda/sm80/flash_fwd_config.hpp"
 #include "cuda/sm80/flash_fwd_params.hpp"
 #include "cuda/sm90/wgmma.cuh"
@@ -105,30 +106,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(),
   const int g = lane / 4, t = lane % 4;
   const int warp_group = warp / 4;
 
-  const int m_block = p.num_m_blocks - 1 - static_cast<int>(blockIdx.x % p.num_m_blocks);
-  const int bh = static_cast<int>(blockIdx.x / p.num_m_blocks);
-  const int h = bh % p.heads_q, b = bh / p.heads_q;
-  const int hk = h / p.heads_per_kv;
-  const int m0 = m_block * kBlockM;
-  const int rows_in_block = min(kBlockM, p.len_q - m0);
-
-  int klen = p.len_k;
-  if (p.key_lengths != nullptr) {
-    const std::int64_t len = p.key_lengths_i64 ? static_cast<const std::int64_t*>(p.key_lengths)[b]
-                                               : static_cast<const std::int32_t*>(p.key_lengths)[b];
-    klen = static_cast<int>(len < 0 ? 0 : (len > p.len_k ? p.len_k : len));
-  }
-  const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
-  auto visible = [&](int i, int& first, int& last) {
-    const std::int64_t pos = i + diagonal;
-    std::int64_t lo = 0, hi = klen;
-    if (p.window_left >= 0 && pos - p.window_left > lo) lo = pos - p.window_left;
-    if (p.window_right >= 0 && pos + p.window_right + 1 < hi) hi = pos + p.window_right + 1;
-    if (lo > hi) lo = hi;
-    if (hi < 0) lo = hi = 0;
-    first = static_cast<int>(lo);
-    last = static_cast<int>(hi);
-  };
+  const TileCoords tile = tile_coords<kBlockM>(p);
+  const int h = tile.h, b = tile.b, hk = tile.hk, m0 = tile.m0;
+  const int rows_in_block = tile.rows_in_block, klen = tile.klen;
+  const auto visible = [&](int i, int& first, int& last) { tile.visible(i, first, last); };
   int first_top, last_top, first_bottom, last_bottom;
   visible(m0, first_top, last_top);
   visible(m0 + rows_in_block - 1, first_bottom, last_bottom);

@@ -1,0 +1,54 @@
+// Where a query block sits: its (batch, head) and rows from the grid index, the batch entry's
+// valid key length, and the visible key range of a row. Shared by the sm80 and sm90 kernels;
+// the same definition as visible_keys() in src/api/params.hpp.
+#pragma once
+
+#include <cstdint>
+
+namespace tileattn::cuda {
+
+struct TileCoords {
+  int m_block, h, b, hk, m0, rows_in_block;
+  int klen;                // valid key length of batch entry b, clamped to [0, len_k]
+  std::int64_t diagonal;   // key position of query row i is i + diagonal
+  std::int64_t window_left, window_right;
+
+  // Visible keys [first, last) of query row i by window and key length.
+  __device__ void visible(int i, int& first, int& last) const {
+    const std::int64_t pos = i + diagonal;
+    std::int64_t lo = 0, hi = klen;
+    if (window_left >= 0 && pos - window_left > lo) lo = pos - window_left;
+    if (window_right >= 0 && pos + window_right + 1 < hi) hi = pos + window_right + 1;
+    if (lo > hi) lo = hi;
+    if (hi < 0) lo = hi = 0;
+    first = static_cast<int>(lo);
+    last = static_cast<int>(hi);
+  }
+};
+
+// Query blocks are visited last-first within each (batch, head) so that, with causal masking,
+// the longest blocks start first.
+template <int kBlockM, typename Params>
+__device__ TileCoords tile_coords(const Params& p) {
+  TileCoords t;
+  t.m_block = p.num_m_blocks - 1 - static_cast<int>(blockIdx.x % p.num_m_blocks);
+  const int bh = static_cast<int>(blockIdx.x / p.num_m_blocks);
+  t.h = bh % p.heads_q;
+  t.b = bh / p.heads_q;
+  t.hk = t.h / p.heads_per_kv;
+  t.m0 = t.m_block * kBlockM;
+  t.rows_in_block = min(kBlockM, p.len_q - t.m0);
+  t.klen = p.len_k;
+  if (p.key_lengths != nullptr) {
+    const std::int64_t len = p.key_lengths_i64
+                                 ? static_cast<const std::int64_t*>(p.key_lengths)[t.b]
+                                 : static_cast<const std::int32_t*>(p.key_lengths)[t.b];
+    t.klen = static_cast<int>(len < 0 ? 0 : (len > p.len_k ? p.len_k : len));
+  }
+  t.diagonal = p.bottom_right ? t.klen - p.len_q : 0;
+  t.window_left = p.window_left;
+  t.window_right = p.window_right;
+  return t;
+}
+
+}  // namespace tileattn::cuda
