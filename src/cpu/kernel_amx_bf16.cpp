@@ -122,14 +122,7 @@ void attend_tile(const TileJob& job) {
     for (std::int64_t c = 0; c < kBlockK; ++c) job.probs_bf16[r * kBlockK + c] = 0;
     for (std::int64_t c = 0; c < job.dim_v_padded; ++c) job.out[r * job.dim_v_padded + c] = 0.0f;
   }
-  const auto* k_packed = static_cast<const std::uint16_t*>(job.k_packed);
-  const auto* v_packed = static_cast<const std::uint16_t*>(job.v_packed);
-  for (std::int64_t kb = job.block_begin; kb < job.block_end; ++kb) {
-    scores_block(job, k_packed + kb * job.dim_padded * kBlockK);
-    softmax_block(job, bounds, kb * kBlockK);
-    round_probabilities(job);
-    accumulate_block(job, v_packed + kb * kBlockK * job.dim_v_padded);
-  }
+  stream_key_blocks(job, bounds, scores_block, accumulate_block);
   _tile_release();
   finish_tile(job);
 }

@@ -118,14 +118,7 @@ void accumulate_block(const TileJob& job, const std::uint16_t* v_block) {
 
 void attend_tile(const TileJob& job) {
   const TileBounds bounds = begin_tile(job);
-  const auto* k_packed = static_cast<const std::uint16_t*>(job.k_packed);
-  const auto* v_packed = static_cast<const std::uint16_t*>(job.v_packed);
-  for (std::int64_t kb = job.block_begin; kb < job.block_end; ++kb) {
-    scores_block(job, k_packed + kb * job.dim_padded * kBlockK);
-    softmax_block(job, bounds, kb * kBlockK);
-    round_probabilities(job);
-    accumulate_block(job, v_packed + kb * kBlockK * job.dim_v_padded);
-  }
+  stream_key_blocks(job, bounds, scores_block, accumulate_block);
   finish_tile(job);
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "cuda/common/elements.cuh"
+#include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/tile_coords.cuh"
 #include "cuda/sm80/flash_fwd_config.hpp"
@@ -339,14 +340,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
 template <typename T, int kBucket, bool kGeneral>
 cudaError_t launch_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   constexpr TileConfig cfg = tile_config(kBucket);
-  auto* kernel = flash_fwd_kernel<T, kBucket, kGeneral>;
-  cudaError_t status =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, cfg.smem_bytes());
-  if (status != cudaSuccess) return status;
-  const unsigned blocks = static_cast<unsigned>(p.num_m_blocks) * static_cast<unsigned>(p.heads_q) *
-                          static_cast<unsigned>(p.batch);
-  kernel<<<blocks, cfg.threads(), cfg.smem_bytes(), stream>>>(p);
-  return cudaGetLastError();
+  return launch_over_query_blocks(&flash_fwd_kernel<T, kBucket, kGeneral>, cfg, p, stream);
 }
 
 }  // namespace tileattn::cuda
