@@ -136,17 +136,17 @@ int main(int argc, char** argv) {
         const double flops = 4.0 * static_cast<double>(B * H) * L * static_cast<double>(L) * D /
                              (causal ? 2.0 : 1.0);
         const double tflops = flops / (median * 1e-3) / 1e12;
-        // The kernel the dispatcher picks: sm90 (wgmma) on compute capability 9.0 for the
-        // buckets it covers unless TILEATTN_CUDA_DISABLE_SM90=1, else sm80 (mma.sync).
+        // The kernel the dispatcher picks: sm90 (wgmma + TMA) on compute capability 9.0 for
+        // 16-bit inputs unless TILEATTN_CUDA_DISABLE_SM90=1, else sm80 (mma.sync).
         const int bucket = tileattn::cuda::head_dim_bucket(D);
         const char* disable = std::getenv("TILEATTN_CUDA_DISABLE_SM90");
-        const bool sm90 = prop.major == 9 && prop.minor == 0 && (bucket == 64 || bucket == 128) &&
+        const bool sm90 = prop.major == 9 && prop.minor == 0 &&
                           !(disable != nullptr && std::strcmp(disable, "1") == 0);
         const auto cfg = tileattn::cuda::tile_config(bucket);
-        const auto cfg90 = tileattn::cuda::sm90_tile_config(bucket);
+        const auto cfg90 = tileattn::cuda::sm90_tile_config(tileattn::cuda::sm90_bucket(D));
         const int block_m = sm90 ? cfg90.block_m : cfg.block_m;
         const int block_n = sm90 ? cfg90.block_n : cfg.block_n;
-        const int warps = sm90 ? cfg90.warp_groups * 4 : cfg.warps;
+        const int warps = sm90 ? cfg90.consumer_warp_groups * 4 : cfg.warps;
         const int stages = sm90 ? cfg90.stages : cfg.stages;
         std::printf("%5d %6d %6d %4lld %4lld %10.4f %9.1f  %s %d x %d, %d, %d\n", D, causal, L,
                     static_cast<long long>(B), static_cast<long long>(H), median, tflops,

@@ -85,7 +85,8 @@ if has_stage test; then
   : >"$OUT/test.log"
   for sm80_only in 0 1; do
     echo "=== TILEATTN_CUDA_DISABLE_SM90=$sm80_only" >>"$OUT/test.log"
-    TILEATTN_CUDA_DISABLE_SM90=$sm80_only "$TESTS" --gtest_brief=1 >/tmp/test.log 2>&1
+    # A hang (e.g. a pipeline deadlock) must not eat the device budget: 300 s is ~15x a pass.
+    TILEATTN_CUDA_DISABLE_SM90=$sm80_only timeout 300 "$TESTS" --gtest_brief=1 >/tmp/test.log 2>&1
     rc=$?
     cat /tmp/test.log >>"$OUT/test.log"
     note "-- GPU tests (TILEATTN_CUDA_DISABLE_SM90=$sm80_only): rc $rc: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)  \] [0-9]+' /tmp/test.log | tr '\n' ' ')"
@@ -109,7 +110,7 @@ if has_stage sanitize; then
   : >"$OUT/sanitizer.log"
   for run in memcheck:0 racecheck:0 synccheck:0 memcheck:1 racecheck:1; do
     tool=${run%:*} sm80_only=${run#*:}
-    TILEATTN_CUDA_DISABLE_SM90=$sm80_only compute-sanitizer --tool "$tool" --error-exitcode 99 \
+    TILEATTN_CUDA_DISABLE_SM90=$sm80_only timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 \
       "$BUILD/tests/cuda/tileattn_cuda_tests" --gtest_filter='*Small*' >>"$OUT/sanitizer.log" 2>&1
     rc=$?
     note "-- compute-sanitizer $tool (DISABLE_SM90=$sm80_only): rc $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -1)"
@@ -122,7 +123,7 @@ if has_stage bench; then
   dims=${BENCH_DIMS:-64,128,256}
   lengths=${BENCH_LENGTHS:-512,1024,2048,4096,8192,16384}
   iters=${BENCH_ITERS:-30}
-  "$BUILD/bench/gpu/tileattn_gpu_bench" --dims "$dims" --lengths "$lengths" --iters "$iters" \
+  timeout 300 "$BUILD/bench/gpu/tileattn_gpu_bench" --dims "$dims" --lengths "$lengths" --iters "$iters" \
     --json "$OUT/bench_tileattn.json" >>"$SUMMARY" 2>&1 || { note "-- tileattn bench failed"; status=1; }
   if [[ ${BENCH_SM80:-0} == 1 ]]; then  # the sm80 kernel on the same grid, for the record
     TILEATTN_CUDA_DISABLE_SM90=1 "$BUILD/bench/gpu/tileattn_gpu_bench" --dims "$dims" \

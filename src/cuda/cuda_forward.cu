@@ -128,10 +128,29 @@ bool use_sm90(int device) {
 #endif
 }
 
-template <typename T>
+template <typename T, bool kGeneral>
 cudaError_t launch_sm90(int bucket, const FlashFwdParams& k, cudaStream_t stream) {
-  return bucket == 64 ? cuda::launch_flash_fwd_sm90<T, 64>(k, stream)
-                      : cuda::launch_flash_fwd_sm90<T, 128>(k, stream);
+  switch (bucket) {
+    case 64: return cuda::launch_flash_fwd_sm90<T, 64, kGeneral>(k, stream);
+    case 128: return cuda::launch_flash_fwd_sm90<T, 128, kGeneral>(k, stream);
+    default: return cuda::launch_flash_fwd_sm90<T, 256, kGeneral>(k, stream);
+  }
+}
+
+// The sm90 kernel for 16-bit storage with 16-byte aligned rows; the fast score path needs
+// scale > 0 (its softmax max is taken on raw scores). Returns cudaErrorNotSupported, launching
+// nothing, when TMA cannot describe the tensors.
+cudaError_t try_sm90(const AttnParams& p, bool general, cudaStream_t stream) {
+  if (p.dtype == DType::f32 || !vector_loads_ok(p) || !use_sm90(p.device_index))
+    return cudaErrorNotSupported;
+  general = general || !(p.scale > 0.0f);
+  const int bucket = cuda::sm90_bucket(static_cast<int>(std::max(p.dim, p.dim_v)));
+  const FlashFwdParams k = make_params(p, cuda::sm90_tile_config(bucket).block_m);
+  if (p.dtype == DType::f16)
+    return general ? launch_sm90<__half, true>(bucket, k, stream)
+                   : launch_sm90<__half, false>(bucket, k, stream);
+  return general ? launch_sm90<__nv_bfloat16, true>(bucket, k, stream)
+                 : launch_sm90<__nv_bfloat16, false>(bucket, k, stream);
 }
 
 // Makes `device` current for the launch and restores the caller's device afterwards.
@@ -163,7 +182,7 @@ void cuda_flash_forward(const AttnParams& p, void* stream) {
   const int bucket = cuda::head_dim_bucket(static_cast<int>(std::max(p.dim, p.dim_v)));
   const cuda::TileConfig cfg = cuda::tile_config(bucket);
   const std::int64_t m_blocks = (p.len_q + cfg.block_m - 1) / cfg.block_m;
-  if (p.len_q > INT_MAX - cfg.block_m || p.len_k > INT_MAX - cfg.block_n ||
+  if (p.len_q > INT_MAX - 256 || p.len_k > INT_MAX - 256 ||
       m_blocks * p.heads_q * p.batch > INT_MAX)
     throw Error(
         "tileattn: argument 'q': the CUDA backend supports sequence lengths and "
@@ -172,13 +191,8 @@ void cuda_flash_forward(const AttnParams& p, void* stream) {
   const bool general = p.mask != nullptr || p.softcap > 0.0f || p.alibi_slopes != nullptr;
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   DeviceGuard guard(p.device_index);
-  cudaError_t status;
-  if (!general && p.dtype != DType::f32 && p.scale > 0.0f && cuda::sm90_supports_bucket(bucket) &&
-      vector_loads_ok(p) && use_sm90(p.device_index)) {
-    const FlashFwdParams k = make_params(p, cuda::sm90_tile_config(bucket).block_m);
-    status = p.dtype == DType::f16 ? launch_sm90<__half>(bucket, k, cuda_stream)
-                                   : launch_sm90<__nv_bfloat16>(bucket, k, cuda_stream);
-  } else {
+  cudaError_t status = try_sm90(p, general, cuda_stream);
+  if (status == cudaErrorNotSupported) {
     const FlashFwdParams k = make_params(p, cfg.block_m);
     status = p.dtype == DType::f16 ? launch_type<__half>(bucket, k, general, cuda_stream)
                                    : launch_type<__nv_bfloat16>(bucket, k, general, cuda_stream);

@@ -44,25 +44,35 @@ constexpr TileConfig tile_config(int bucket) {
   }
 }
 
-// The sm90 (wgmma) kernel: 64 query rows per warpgroup; D and block_n multiples of 64.
+// The sm90 kernel (wgmma + TMA, warp-specialised): one producer warpgroup (one thread issues the
+// TMA loads) and `consumer_warp_groups` warpgroups of 64 query rows each; K and V stream through
+// rings of `stages` shared-memory slots. Registers move from the producer to the consumers with
+// setmaxnreg (producer_registers + consumer_registers budgets must fit the 64K register file).
 struct Sm90TileConfig {
-  int head_dim, block_m, block_n, warp_groups, stages, min_blocks;
-  constexpr int threads() const { return warp_groups * 128; }
-  // Q tile + stages x (K + V) tiles, plus 1 KB to align the base to the 1024-byte swizzle atom.
+  int head_dim, block_m, block_n, consumer_warp_groups, stages;
+  int producer_registers, consumer_registers;
+  constexpr int threads() const { return (consumer_warp_groups + 1) * 128; }
+  constexpr int q_tile_bytes() const { return block_m * head_dim * 2; }
+  constexpr int kv_tile_bytes() const { return block_n * head_dim * 2; }
+  // Q tile + stages x (K tile + V tile) + 1 KB of barriers, plus 1 KB to align the base to the
+  // 1024-byte swizzle atom.
   constexpr int smem_bytes() const {
-    return (block_m + stages * 2 * block_n) * head_dim * 2 + 1024;
+    return q_tile_bytes() + stages * 2 * kv_tile_bytes() + 2048;
   }
 };
 
-// Every tile choice of the sm90 kernel (the sm80 twin is tile_config above). Measured on the
-// H200 (docs/perf/gpu.md): two warpgroups with block_n = 64 and two CTAs per SM (their softmax
-// phases interleave with each other's wgmma) beat block_n = 128 with one CTA per SM and one
-// warpgroup per CTA with two (D=128) or four (D=64) CTAs per SM.
+// Head dims 96 and 192 run in the 128 and 256 buckets (TMA zero-fills the missing columns).
+constexpr int sm90_bucket(int dim) {
+  return dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
+}
+
+// Every tile choice of the sm90 kernel (the sm80 twin is tile_config above).
 constexpr Sm90TileConfig sm90_tile_config(int bucket) {
   switch (bucket) {
-    case 64: return {64, 128, 64, 2, 3, 2};    // 65 KB shared memory, <= 128 registers
-    case 128: return {128, 128, 64, 2, 2, 2};  // 97 KB shared memory, <= 128 registers
-    default: return {0, 0, 0, 0, 0, 0};
+    case 64: return {64, 128, 128, 2, 4, 24, 240};    // 144 KB shared memory
+    case 128: return {128, 128, 128, 2, 2, 24, 240};  // 162 KB
+    case 256: return {256, 128, 64, 2, 2, 24, 240};   // 194 KB
+    default: return {0, 0, 0, 0, 0, 0, 0};
   }
 }
 

@@ -18,6 +18,7 @@
 #include "cuda/common/elements.cuh"
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/score_mods.cuh"
 #include "cuda/common/tile_coords.cuh"
 #include "cuda/sm80/flash_fwd_config.hpp"
 #include "cuda/sm80/flash_fwd_params.hpp"
@@ -184,43 +185,23 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
     // Score modifications, in base-2 units (x = score * log2 e), -inf where masked.
     const int n0 = n_block * kBlockN;
     if constexpr (kGeneral) {
+      const float slope = alibi_slope(p, b, h);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const int i = m0 + warp_row0 + mt * 16 + g + 8 * hh;
-          const float slope = p.alibi_slopes != nullptr
-                                  ? p.alibi_slopes[b * p.alibi_stride_b + h * p.alibi_stride_h]
-                                  : 0.0f;
-          const std::int64_t mask_row = b * p.mask_stride_b + h * p.mask_stride_h +
-                                        static_cast<std::int64_t>(i) * p.mask_stride_q;
-          int first, last;
-          visible(i, first, last);
+          GeneralScoreRow r;
+          r.i = m0 + warp_row0 + mt * 16 + g + 8 * hh;
+          r.slope = slope;
+          r.mask_row = mask_row_offset(p, b, h, r.i);
+          r.distance0 = r.i + klen - p.len_q;
+          visible(r.i, r.first, r.last);
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const int j = n0 + nt * 8 + 2 * t + e;
               float& x = s[mt][nt][2 * hh + e];
-              if (i >= p.len_q || j < first || j >= last) {
-                x = -INFINITY;
-                continue;
-              }
-              float mask_add = 0.0f;
-              if (p.mask != nullptr) {
-                const std::int64_t at = mask_row + j * p.mask_stride_k;
-                if (p.mask_additive) {
-                  mask_add = static_cast<const float*>(p.mask)[at];
-                } else if (static_cast<const std::uint8_t*>(p.mask)[at] == 0) {
-                  x = -INFINITY;
-                  continue;
-                }
-              }
-              float score = x * p.scale;
-              if (p.softcap > 0.0f) score = p.softcap * tanhf(score / p.softcap);
-              const int distance = i + klen - p.len_q - j;
-              score -= slope * static_cast<float>(distance < 0 ? -distance : distance);
-              x = (score + mask_add) * kLog2e;
+              x = general_score_log2(p, r, n0 + nt * 8 + 2 * t + e, x);
             }
         }
     } else {
@@ -340,7 +321,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
 template <typename T, int kBucket, bool kGeneral>
 cudaError_t launch_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   constexpr TileConfig cfg = tile_config(kBucket);
-  return launch_over_query_blocks(&flash_fwd_kernel<T, kBucket, kGeneral>, cfg, p, stream);
+  return launch_over_query_blocks(&flash_fwd_kernel<T, kBucket, kGeneral>, cfg, p, p, stream);
 }
 
 }  // namespace tileattn::cuda

@@ -1,187 +1,215 @@
-// Hopper (sm_90a) forward for the common fast case: f16/bf16 storage, D and Dv in the {64, 128}
-// buckets, 16-byte aligned rows, scale > 0, no softcap / ALiBi / mask (causal, window and key
-// lengths are runtime values). Everything else runs the sm80 kernel.
+// Hopper (sm_90a) forward: wgmma + TMA, warp-specialised (FlashAttention-3's structure).
 //
-// One CTA = warp_groups warpgroups, each owning 64 query rows. All threads stream K/V blocks of
-// block_n keys through a cp.async pipeline into 128-byte-swizzled shared memory laid out as the
-// wgmma canonical layouts (64-element column blocks of 8-row x 128-byte atoms). Per block each
-// warpgroup runs S = Q K^T as wgmma m64n{block_n}k16 (A and B from shared memory, K-major), the
-// online softmax in registers (same fragment layout as the sm80 kernel: the wgmma accumulator is
-// the m16n8 C fragment per warp), then O += P V as wgmma m64n{D}k16 with P from registers and V
-// read transposed (MN-major) from shared memory. Two CTAs share an SM, so one CTA's softmax runs
-// while the other's wgmma does (sm90_tile_config). Overlapping the softmax of block j+1 with
-// block j's P V inside one warpgroup (FlashAttention-3's intra-warpgroup overlap) was tried:
-// ptxas 13.0 serialises it (C7514: accumulator registers read between start and end of the
-// pipeline stage, i.e. it waits for all wgmma groups before the softmax), so it was dropped.
+// One CTA = one producer warpgroup + consumer_warp_groups consumer warpgroups (64 query rows
+// each); block_m = 64 x consumers query rows of one (batch, head).
+//   producer  gives its registers away (setmaxnreg.dec); one thread issues every TMA load: Q once,
+//             then K_j and V_j into two rings of `stages` slots, each slot guarded by a "full"
+//             mbarrier (transaction bytes) and an "empty" one (one arrival per consumer warp).
+//             V lags K by one block, the order the consumers need them in.
+//   consumers take the registers (setmaxnreg.inc) and run, per key block j,
+//               S_j = Q K_j^T            wgmma m64n{block_n}k16, Q and K from shared memory
+//               O  += P_{j-1} V_{j-1}    wgmma m64n{D}k16, P from registers, V MN-major
+//             both issued back to back, then wait for S_j only (wait_group 1) and run the online
+//             softmax of block j while P_{j-1} V_{j-1} is still on the tensor cores; then wait
+//             for O, rescale it, and move on (the intra-warpgroup overlap of FlashAttention-3).
+// Score policies: the fast path (causal / window / key lengths, the softmax max taken on raw
+// scores, scale > 0) or kGeneral (mask, softcap, ALiBi through general_score_log2, shared with
+// the sm80 kernel). Blocks outside the causal / window band are never loaded; blocks fully
+// inside it are not masked element by element.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "cuda/common/elements.cuh"
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/score_mods.cuh"
 #include "cuda/common/tile_coords.cuh"
 #include "cuda/sm80/flash_fwd_config.hpp"
 #include "cuda/sm80/flash_fwd_params.hpp"
+#include "cuda/sm90/async.cuh"
 #include "cuda/sm90/wgmma.cuh"
 
 namespace tileattn::cuda {
 
-// Offset (elements) of 16-byte chunk `chunk` of row `row` in a (rows, D) tile stored as D / 64
-// column blocks of (rows, 64), each row 128 bytes with its chunks XOR-ed by row % 8: the
-// SWIZZLE_128B canonical layout wgmma descriptors describe.
-template <int kRows>
-__device__ __forceinline__ int sw128_offset(int row, int chunk) {
-  return (chunk >> 3) * kRows * 64 + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
-}
+// The kernel parameter: the common parameters plus TMA descriptors of Q, K and V, each a 4-D
+// tensor (head dim, length, heads, batch) read in boxes of (64 columns, rows) with the 128-byte
+// swizzle: a tile is stored as head_dim / 64 column blocks of (rows, 64), the wgmma canonical
+// K-major layout.
+struct Sm90FwdParams {
+  FlashFwdParams base;
+  CUtensorMap q_map, k_map, v_map;
+};
 
-// wgmma shared-memory matrix descriptor: start address, leading / stride byte offsets (16-byte
-// units), 128-byte swizzle (mode 1 in bits 62-63).
-__device__ __forceinline__ std::uint64_t sw128_desc(const void* smem, std::uint32_t lead_bytes,
-                                                    std::uint32_t stride_bytes) {
-  const std::uint32_t addr = smem_address(smem);
-  return static_cast<std::uint64_t>((addr & 0x3FFFF) >> 4) |
-         (static_cast<std::uint64_t>(lead_bytes >> 4) << 16) |
-         (static_cast<std::uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
-}
+template <int kStages>
+struct Sm90Barriers {
+  std::uint64_t q_full;
+  std::uint64_t k_full[kStages], k_empty[kStages];
+  std::uint64_t v_full[kStages], v_empty[kStages];
+};
 
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-// Pins accumulator registers at this point of the program: the compiler may not move their
-// reads or writes across it (used around wgmma issue and wait, which it cannot see through).
-template <int kRows, int kCols>
-__device__ __forceinline__ void fence_operand(float (&r)[kRows][kCols]) {
-#pragma unroll
-  for (int i = 0; i < kRows; ++i)
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
-}
-
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Orders this thread's generic-proxy shared-memory writes (cp.async) before async-proxy reads
-// (wgmma) that follow the next barrier.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-template <typename T, int kRows, int kDim, int kThreads>
-__device__ __forceinline__ void load_tile_sw128(T* tile, const T* src, std::int64_t stride_l,
-                                                int rows_valid, int cols_valid) {
-  constexpr int kChunks = kDim / 8;
-#pragma unroll
-  for (int idx = static_cast<int>(threadIdx.x); idx < kRows * kChunks; idx += kThreads) {
-    const int row = idx / kChunks, chunk = idx % kChunks;
-    const bool valid = row < rows_valid && chunk * 8 < cols_valid;
-    cp_async_16(smem_address(tile + sw128_offset<kRows>(row, chunk)),
-                valid ? src + row * stride_l + chunk * 8 : src, valid ? 16 : 0);
-  }
-}
-
-template <typename T, int kBucket>
-__global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(),
-                                  sm90_tile_config(kBucket).min_blocks)
-    flash_fwd_sm90_kernel(const __grid_constant__ FlashFwdParams p) {
+template <typename T, int kBucket, bool kGeneral>
+__global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
+    flash_fwd_sm90_kernel(const __grid_constant__ Sm90FwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr Sm90TileConfig cfg = sm90_tile_config(kBucket);
   constexpr int kDim = cfg.head_dim, kBlockM = cfg.block_m, kBlockN = cfg.block_n;
-  constexpr int kThreads = cfg.threads(), kStages = cfg.stages;
-  constexpr int kNTiles = kBlockN / 8, kDTiles = kDim / 8;
-  static_assert(kBlockM == 64 * cfg.warp_groups && kDim % 64 == 0 && kBlockN % 64 == 0, "tiles");
-  static_assert(kStages >= 2, "pipeline");
+  constexpr int kStages = cfg.stages, kConsumerWarps = cfg.consumer_warp_groups * 4;
+  constexpr int kNTiles = kBlockN / 8, kDTiles = kDim / 8, kColBlocks = kDim / 64;
+  static_assert(kBlockM == 64 * cfg.consumer_warp_groups && kDim % 64 == 0 && kBlockN % 64 == 0);
+  static_assert(cfg.producer_registers * 128 +
+                        cfg.consumer_registers * 128 * cfg.consumer_warp_groups <=
+                    65536,
+                "register budget");
+  const FlashFwdParams& p = params.base;
 
   extern __shared__ unsigned char smem_raw[];
   T* const q_tile = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
-                                         ~static_cast<std::uintptr_t>(1023));  // (block_m, D)
-  T* const kv_tiles = q_tile + kBlockM * kDim;  // stages x [K (block_n, D), V (block_n, D)]
-
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int g = lane / 4, t = lane % 4;
-  const int warp_group = warp / 4;
+                                         ~static_cast<std::uintptr_t>(1023));
+  T* const k_tiles = q_tile + kBlockM * kDim;          // stages x (block_n, D)
+  T* const v_tiles = k_tiles + kStages * kBlockN * kDim;  // stages x (block_n, D)
+  auto& bars = *reinterpret_cast<Sm90Barriers<kStages>*>(v_tiles + kStages * kBlockN * kDim);
 
   const TileCoords tile = tile_coords<kBlockM>(p);
   const int h = tile.h, b = tile.b, hk = tile.hk, m0 = tile.m0;
-  const int rows_in_block = tile.rows_in_block, klen = tile.klen;
-  const auto visible = [&](int i, int& first, int& last) { tile.visible(i, first, last); };
   int first_top, last_top, first_bottom, last_bottom;
-  visible(m0, first_top, last_top);
-  visible(m0 + rows_in_block - 1, first_bottom, last_bottom);
+  tile.visible(m0, first_top, last_top);
+  tile.visible(m0 + tile.rows_in_block - 1, first_bottom, last_bottom);
   const int n_block_begin = first_top / kBlockN;
   const int n_block_end = first_top < last_bottom ? (last_bottom + kBlockN - 1) / kBlockN : 0;
+  const int n_blocks = n_block_end > n_block_begin ? n_block_end - n_block_begin : 0;
 
-  const T* q_src =
-      static_cast<const T*>(p.q) + b * p.q_stride_b + h * p.q_stride_h + m0 * p.q_stride_l;
-  const T* k_src = static_cast<const T*>(p.k) + b * p.k_stride_b + hk * p.k_stride_h;
-  const T* v_src = static_cast<const T*>(p.v) + b * p.v_stride_b + hk * p.v_stride_h;
-  auto load_kv = [&](int n_block, int slot) {
-    T* k_tile = kv_tiles + slot * 2 * kBlockN * kDim;
-    const int n0 = n_block * kBlockN, rows = min(kBlockN, klen - n0);
-    load_tile_sw128<T, kBlockN, kDim, kThreads>(k_tile, k_src + n0 * p.k_stride_l, p.k_stride_l,
-                                                rows, p.dim);
-    load_tile_sw128<T, kBlockN, kDim, kThreads>(k_tile + kBlockN * kDim, v_src + n0 * p.v_stride_l,
-                                                p.v_stride_l, rows, p.dim_v);
-  };
-  // Prologue: Q and the first stages - 1 K/V blocks, one commit group per block.
-  load_tile_sw128<T, kBlockM, kDim, kThreads>(q_tile, q_src, p.q_stride_l, rows_in_block, p.dim);
+  if (threadIdx.x == 0) {
+    mbarrier_init(&bars.q_full, 1);
 #pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (n_block_begin + st < n_block_end) load_kv(n_block_begin + st, st);
-    cp_async_commit();
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&bars.k_full[s], 1);
+      mbarrier_init(&bars.v_full[s], 1);
+      mbarrier_init(&bars.k_empty[s], kConsumerWarps);
+      mbarrier_init(&bars.v_empty[s], kConsumerWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int warp_group = static_cast<int>(threadIdx.x) / 128;
+  if (warp_group == 0) {  // ---------------------------------------------------- producer
+    setmaxnreg_dec<cfg.producer_registers>();
+    if (threadIdx.x != 0 || n_blocks == 0) return;
+    prefetch_tensor_map(&params.q_map);
+    prefetch_tensor_map(&params.k_map);
+    prefetch_tensor_map(&params.v_map);
+    constexpr unsigned kKvBytes = cfg.kv_tile_bytes();
+    auto load_k = [&](int it) {
+      const int slot = it % kStages;
+      mbarrier_wait(&bars.k_empty[slot], ((it / kStages) & 1) ^ 1);
+      mbarrier_arrive_expect_tx(&bars.k_full[slot], kKvBytes);
+      T* dst = k_tiles + slot * kBlockN * kDim;
+#pragma unroll
+      for (int cb = 0; cb < kColBlocks; ++cb)
+        tma_load_4d(dst + cb * kBlockN * 64, &params.k_map, &bars.k_full[slot], cb * 64,
+                    (n_block_begin + it) * kBlockN, hk, b);
+    };
+    auto load_v = [&](int it) {
+      const int slot = it % kStages;
+      mbarrier_wait(&bars.v_empty[slot], ((it / kStages) & 1) ^ 1);
+      mbarrier_arrive_expect_tx(&bars.v_full[slot], kKvBytes);
+      T* dst = v_tiles + slot * kBlockN * kDim;
+#pragma unroll
+      for (int cb = 0; cb < kColBlocks; ++cb)
+        tma_load_4d(dst + cb * kBlockN * 64, &params.v_map, &bars.v_full[slot], cb * 64,
+                    (n_block_begin + it) * kBlockN, hk, b);
+    };
+    load_k(0);
+    mbarrier_arrive_expect_tx(&bars.q_full, cfg.q_tile_bytes());
+#pragma unroll
+    for (int cb = 0; cb < kColBlocks; ++cb)
+      tma_load_4d(q_tile + cb * kBlockM * 64, &params.q_map, &bars.q_full, cb * 64, m0, h, b);
+    for (int it = 0; it < n_blocks; ++it) {
+      if (it + 1 < n_blocks) load_k(it + 1);
+      load_v(it);
+    }
+    return;
   }
 
-  const int warp_row0 = warp * 16;  // this warp's 16 rows: warpgroup rows + 16 * (warp % 4)
-  float acc_o[kDTiles][4];          // (16 rows, D): P V wgmma accumulator
+  // ----------------------------------------------------------------------------- consumers
+  setmaxnreg_inc<cfg.consumer_registers>();
+  const int consumer = warp_group - 1;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp_in_group = (static_cast<int>(threadIdx.x) / 32) % 4;
+  const int g = lane / 4, t = lane % 4;
+  const int row0 = m0 + consumer * 64 + warp_in_group * 16 + g;  // rows row0 and row0 + 8
+
+  float acc_o[kDTiles][4];
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_o[dt][e] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // base-2 units
 
-  // Descriptors. K-major (Q, K): 8-row groups 1024 bytes apart (the leading offset is unused with
-  // 128-byte swizzle); k16 steps advance the start by 32 bytes inside a 128-byte row and by a
-  // column block every 4 steps. MN-major (V): leading offset = 64-column blocks block_n * 128
-  // bytes apart along N, stride offset = 8-key groups 1024 bytes apart along K.
-  const T* q_warp_group = q_tile + warp_group * 64 * 64;
+  GeneralScoreRow general_rows[2];
+  if constexpr (kGeneral) {
+    const float slope = alibi_slope(p, b, h);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      GeneralScoreRow& r = general_rows[hh];
+      r.i = row0 + 8 * hh;
+      r.slope = slope;
+      r.mask_row = mask_row_offset(p, b, h, r.i);
+      r.distance0 = r.i + tile.klen - p.len_q;
+      tile.visible(r.i, r.first, r.last);
+    }
+  }
 
-  for (int n_block = n_block_begin, it = 0; n_block < n_block_end; ++n_block, ++it) {
-    cp_async_wait<kStages - 2>();
-    fence_proxy_async();
-    __syncthreads();  // block n_block landed for all threads; slot (it - 1) % stages is free
-    if (n_block + kStages - 1 < n_block_end)
-      load_kv(n_block + kStages - 1, (it + kStages - 1) % kStages);
-    cp_async_commit();
-    const T* k_tile = kv_tiles + (it % kStages) * 2 * kBlockN * kDim;
-    const T* v_tile = k_tile + kBlockN * kDim;
-
-    float s[kNTiles][4];  // (16 rows, block_n): S wgmma accumulator, then probabilities
+  const T* q_group = q_tile + consumer * 64 * 64;
+  auto issue_qk = [&](float (&s)[kNTiles][4], int slot) {
+    const T* k_tile = k_tiles + slot * kBlockN * kDim;
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kDim / 16; ++ks) {
       const int col_block = ks / 4, in_row = (ks % 4) * 16;  // elements
-      wgmma_ss<T, kBlockN>(
-          s, sw128_desc(q_warp_group + col_block * kBlockM * 64 + in_row, 16, 1024),
-          sw128_desc(k_tile + col_block * kBlockN * 64 + in_row, 16, 1024), ks > 0);
+      wgmma_ss<T, kBlockN>(s, sw128_desc(q_group + col_block * kBlockM * 64 + in_row, 16, 1024),
+                           sw128_desc(k_tile + col_block * kBlockN * 64 + in_row, 16, 1024),
+                           ks > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_operand(s);
+  };
+  auto issue_pv = [&](const std::uint32_t (&pa)[kBlockN / 16][4], int slot) {
+    const T* v_tile = v_tiles + slot * kBlockN * kDim;
+    fence_operand(acc_o);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kBlockN / 16; ++ks)
+      wgmma_rs<T, kDim>(acc_o, pa[ks], sw128_desc(v_tile + ks * 16 * 64, kBlockN * 128, 1024));
+    wgmma_commit();
+  };
+  auto release = [&](std::uint64_t* bar) {
+    if (lane == 0) mbarrier_arrive(bar);
+  };
 
-    // Online softmax, lean: the max is taken on raw scores (scale > 0 on this path), then
-    // p = 2^(s * scale log2 e - max), one FFMA and one MUFU per score.
+  // Scores of block n_block -> probabilities (in place) with the online softmax; returns the
+  // factors the running output must be rescaled by.
+  auto softmax = [&](float (&s)[kNTiles][4], int n_block, float (&rescale)[2]) {
     const int n0 = n_block * kBlockN;
-    if (n0 < first_bottom || n0 + kBlockN > last_top) {  // a block on a window/length edge
+    if constexpr (kGeneral) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[nt][2 * hh + e];
+            x = general_score_log2(p, general_rows[hh], n0 + nt * 8 + 2 * t + e, x);
+          }
+    } else if (n0 < first_bottom || n0 + kBlockN > last_top) {  // a window / length edge
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         int first, last;
-        visible(m0 + warp_row0 + g + 8 * hh, first, last);
+        tile.visible(row0 + 8 * hh, first, last);
         first -= n0 + 2 * t;
         last -= n0 + 2 * t;
 #pragma unroll
@@ -193,7 +221,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(),
           }
       }
     }
-    float rescale[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       float block_max = -INFINITY;
@@ -202,7 +229,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(),
         block_max = fmaxf(block_max, fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]));
       block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
       block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
-      const float new_max = fmaxf(row_max[hh], block_max * p.scale_log2);
+      // Fast path: max on raw scores (scale > 0), p = 2^(x scale log2 e - max): one FFMA and
+      // one MUFU per score. General path: scores are already base-2 logits.
+      const float scale = kGeneral ? 1.0f : p.scale_log2;
+      const float new_max = fmaxf(row_max[hh], block_max * scale);
       const float base = new_max == -INFINITY ? 0.0f : new_max;  // all masked so far
       rescale[hh] = exp2_approx(row_max[hh] - base);
       row_max[hh] = new_max;
@@ -212,12 +242,14 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(),
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[nt][2 * hh + e];
-          x = exp2_approx(fmaf(x, p.scale_log2, -base));
+          x = exp2_approx(fmaf(x, scale, -base));
           sum += x;
         }
       row_sum[hh] = row_sum[hh] * rescale[hh] + sum;
     }
-    std::uint32_t pa[kBlockN / 16][4];  // P as wgmma A fragments: n8 tiles 2k, 2k+1 = k16 step k
+  };
+  // P as wgmma A fragments: the C fragments of n8 tiles 2k and 2k+1 form k16 step k.
+  auto to_operand = [&](const float (&s)[kNTiles][4], std::uint32_t (&pa)[kBlockN / 16][4]) {
 #pragma unroll
     for (int ks = 0; ks < kBlockN / 16; ++ks) {
       pa[ks][0] = MmaType<T>::pack(s[2 * ks][0], s[2 * ks][1]);
@@ -225,22 +257,55 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(),
       pa[ks][2] = MmaType<T>::pack(s[2 * ks + 1][0], s[2 * ks + 1][1]);
       pa[ks][3] = MmaType<T>::pack(s[2 * ks + 1][2], s[2 * ks + 1][3]);
     }
+  };
+
+  // Order inside one iteration (as FlashAttention-3): the O rescale and the P conversion are
+  // placed where no in-flight wgmma reads their registers (ptxas would otherwise serialise the
+  // wgmma pipeline, warning C7513).
+  auto rescale_o = [&](const float (&rescale)[2]) {
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_o[dt][e] *= rescale[e >> 1];
-
-    fence_operand(acc_o);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kBlockN / 16; ++ks)
-      wgmma_rs<T, kDim>(acc_o, pa[ks], sw128_desc(v_tile + ks * 16 * 64, kBlockN * 128, 1024));
-    wgmma_commit();
+  };
+  if (n_blocks > 0) {
+    mbarrier_wait(&bars.q_full, 0);
+    float s[kNTiles][4];
+    std::uint32_t pa[kBlockN / 16][4];
+    float rescale[2];
+    mbarrier_wait(&bars.k_full[0], 0);
+    issue_qk(s, 0);
+    wgmma_wait<0>();
+    fence_operand(s);
+    release(&bars.k_empty[0]);
+    softmax(s, n_block_begin, rescale);
+    to_operand(s, pa);
+    for (int it = 1; it < n_blocks; ++it) {
+      const int slot = it % kStages, prev = (it - 1) % kStages;
+      mbarrier_wait(&bars.k_full[slot], (it / kStages) & 1);
+      issue_qk(s, slot);
+      rescale_o(rescale);
+      mbarrier_wait(&bars.v_full[prev], ((it - 1) / kStages) & 1);
+      issue_pv(pa, prev);
+      wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
+      fence_operand(s);
+      release(&bars.k_empty[slot]);
+      softmax(s, n_block_begin + it, rescale);
+      wgmma_wait<0>();
+      fence_operand(acc_o);
+      release(&bars.v_empty[prev]);
+      to_operand(s, pa);
+    }
+    const int last = (n_blocks - 1) % kStages;
+    rescale_o(rescale);
+    mbarrier_wait(&bars.v_full[last], ((n_blocks - 1) / kStages) & 1);
+    issue_pv(pa, last);
     wgmma_wait<0>();
     fence_operand(acc_o);
+    release(&bars.v_empty[last]);
   }
-  cp_async_wait<0>();
 
+  // Epilogue: O / l straight from the accumulator registers, and the logsumexp.
   char* out_base = static_cast<char*>(p.out);
   const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
   out_base += (b * p.o_stride_b + h * p.o_stride_h) * out_esize;
@@ -249,7 +314,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(),
     float l = row_sum[hh];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int i = m0 + warp_row0 + g + 8 * hh;
+    const int i = row0 + 8 * hh;
     if (i >= p.len_q) continue;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     char* out_row = out_base + static_cast<std::int64_t>(i) * p.o_stride_l * out_esize;
@@ -264,12 +329,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(),
           l > 0.0f ? (row_max[hh] + __log2f(l)) * kLn2 : -INFINITY;
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
-}
-
-template <typename T, int kBucket>
-cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
-  constexpr Sm90TileConfig cfg = sm90_tile_config(kBucket);
-  return launch_over_query_blocks(&flash_fwd_sm90_kernel<T, kBucket>, cfg, p, stream);
 }
 
 }  // namespace tileattn::cuda

@@ -1,6 +1,7 @@
-// Instantiation table of the sm90 (wgmma) forward: {f16, bf16} x head-dim bucket {64, 128}, fast
-// score path only. Compiled into flash_fwd_sm90.cu; the kernels have bodies only in the sm_90a
-// pass (other passes compile an empty stub that the dispatcher never launches).
+// Instantiation table of the sm90 (wgmma + TMA) forward: {f16, bf16} x head-dim bucket
+// {64, 128, 256} x {fast, general score path} = 12 kernels, one translation unit per bucket
+// (flash_fwd_sm90_hdim*.cu). The kernels have bodies only in the sm_90a pass (other passes
+// compile an empty stub that the dispatcher never launches).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,21 +12,21 @@
 
 namespace tileattn::cuda {
 
-template <typename T, int kBucket>
+// Returns cudaErrorNotSupported, launching nothing, when the tensors cannot be described by
+// TMA descriptors (the dispatcher then runs the sm80 kernel).
+template <typename T, int kBucket, bool kGeneral>
 cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream);
 
-// Buckets the sm90 kernel covers.
-constexpr bool sm90_supports_bucket(int bucket) {
-  return bucket == 64 || bucket == 128;
-}
-
 // clang-format off
-#define TILEATTN_FLASH_FWD_SM90(macro) \
-  macro(__half, 64) macro(__half, 128) macro(__nv_bfloat16, 64) macro(__nv_bfloat16, 128)
+#define TILEATTN_FLASH_FWD_SM90_BUCKET(macro, bucket)                            \
+  macro(__half, bucket, false) macro(__half, bucket, true)                       \
+  macro(__nv_bfloat16, bucket, false) macro(__nv_bfloat16, bucket, true)
 
-#define TILEATTN_DECLARE_FLASH_FWD_SM90(T, bucket) \
-  extern template cudaError_t launch_flash_fwd_sm90<T, bucket>(const FlashFwdParams&, cudaStream_t);
-TILEATTN_FLASH_FWD_SM90(TILEATTN_DECLARE_FLASH_FWD_SM90)
+#define TILEATTN_DECLARE_FLASH_FWD_SM90(T, bucket, general) \
+  extern template cudaError_t launch_flash_fwd_sm90<T, bucket, general>(const FlashFwdParams&, cudaStream_t);
+TILEATTN_FLASH_FWD_SM90_BUCKET(TILEATTN_DECLARE_FLASH_FWD_SM90, 64)
+TILEATTN_FLASH_FWD_SM90_BUCKET(TILEATTN_DECLARE_FLASH_FWD_SM90, 128)
+TILEATTN_FLASH_FWD_SM90_BUCKET(TILEATTN_DECLARE_FLASH_FWD_SM90, 256)
 // clang-format on
 
 }  // namespace tileattn::cuda

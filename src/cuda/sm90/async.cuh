@@ -1,0 +1,123 @@
+// Hopper (sm_90a) asynchronous machinery used by the warp-specialised forward kernel:
+//   - mbarrier: init, arrive, arrive with an expected transaction byte count, parity wait;
+//   - TMA: cp.async.bulk.tensor 4-D loads that complete on an mbarrier, tensor-map prefetch;
+//   - register reallocation between warpgroups (setmaxnreg);
+//   - named barriers (bar.sync / bar.arrive with a thread count);
+//   - wgmma issue helpers (fence, commit, wait, shared-memory descriptors, operand pinning).
+// Semantics follow the PTX ISA. Phases of an mbarrier alternate 0, 1, 0, ...; waiting for parity
+// P returns once the phase with parity P has completed (a fresh barrier is in phase 0, so a wait
+// for parity 1 returns at once: producers use that for the first pass over an empty ring).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+
+namespace tileattn::cuda {
+
+__device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)),
+               "r"(arrivals)
+               : "memory");
+}
+
+// Makes barrier initialisation visible to the async proxy (TMA) and other threads.
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
+
+// One arrival that also announces `bytes` of TMA transactions the phase must wait for.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   smem_address(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, unsigned parity) {
+  const std::uint32_t addr = smem_address(bar);
+  std::uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(map))
+               : "memory");
+}
+
+// TMA load of one box of a 4-D tensor map at coordinates (c0 innermost .. c3) into shared
+// memory; completes `bar`'s transaction count by the box's bytes (out-of-bounds parts are
+// zero-filled and counted too).
+__device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* map, std::uint64_t* bar,
+                                            int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(smem_address(smem_dst)),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+      "r"(smem_address(bar))
+      : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// Named barriers 1..15 (0 is __syncthreads); `threads` counts every participating thread.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// --- wgmma issue helpers -------------------------------------------------------------------
+
+// wgmma shared-memory matrix descriptor: start address, leading / stride byte offsets (16-byte
+// units), 128-byte swizzle (mode 1 in bits 62-63).
+__device__ __forceinline__ std::uint64_t sw128_desc(const void* smem, std::uint32_t lead_bytes,
+                                                    std::uint32_t stride_bytes) {
+  const std::uint32_t addr = smem_address(smem);
+  return static_cast<std::uint64_t>((addr & 0x3FFFF) >> 4) |
+         (static_cast<std::uint64_t>(lead_bytes >> 4) << 16) |
+         (static_cast<std::uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Pins registers at this point of the program: the compiler may not move their reads or writes
+// across it (used around wgmma issue and wait, which it cannot see through).
+template <int kRows, int kCols>
+__device__ __forceinline__ void fence_operand(float (&r)[kRows][kCols]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
+}
+
+}  // namespace tileattn::cuda
