@@ -28,18 +28,21 @@ def main():
     def ratio(a, b):
         return f"{a / b:5.2f}x" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "    -"
 
-    sm80 = any("tileattn_sm80" in r for r in rows.values())
+    # Extra tileattn columns: the sm80 kernel and any scheduling variants (labels tileattn_*).
+    extra = sorted({impl for r in rows.values() for impl in r if impl.startswith("tileattn_")})
     print("| D | causal | L | tileattn | torch FA2 | torch cuDNN | vs FA2 | vs cuDNN |"
-          + (" tileattn sm80 kernel |" if sm80 else ""))
-    print("|---:|:---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if sm80 else ""))
+          + "".join(f" {name} |" for name in extra))
+    print("|---:|:---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(extra))
     merged = []
     for (D, causal, L) in sorted(rows):
         r = rows[(D, causal, L)]
         t, fa2, cudnn = r.get("tileattn"), r.get("torch_fa2"), r.get("torch_cudnn")
         print(f"| {D} | {'yes' if causal else 'no'} | {L} | {fmt(t)} | {fmt(fa2)} | {fmt(cudnn)} | "
-              f"{ratio(t, fa2)} | {ratio(t, cudnn)} |" + (f" {fmt(r.get('tileattn_sm80'))} |" if sm80 else ""))
-        merged.append({"D": D, "causal": causal, "L": L, "tileattn": t, "torch_fa2": fa2,
-                       "torch_cudnn": cudnn, "tileattn_sm80": r.get("tileattn_sm80")})
+              f"{ratio(t, fa2)} | {ratio(t, cudnn)} |" + "".join(f" {fmt(r.get(n))} |" for n in extra))
+        record = {"D": D, "causal": causal, "L": L, "tileattn": t, "torch_fa2": fa2,
+                  "torch_cudnn": cudnn}
+        record.update({n: r.get(n) for n in extra})
+        merged.append(record)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(merged, f, indent=1)

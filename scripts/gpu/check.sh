@@ -8,7 +8,7 @@
 # Before a device call run scripts/gpu/prepare.sh here and carry .gpu-deps.
 # Environment: OUT (results folder; default build-gpu/out), JOBS (default nproc), CTEST_REGEX
 # (unset: the GPU test binary only; "." adds every CTest suite), BENCH_DIMS, BENCH_LENGTHS,
-# BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper). Writes at most 8 files under
+# BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper), BENCH_VARIANTS (see below). Writes at most 8 files under
 # $OUT (the device tool's limit): summary.txt, test.log, sanitizer.log, sass.txt,
 # bench_tileattn.json, bench_tileattn_sm80.json, bench_torch.json, bench.json (build.log only
 # when the build fails). Prints the benchmark table last.
@@ -130,11 +130,21 @@ if has_stage bench; then
       --lengths "$lengths" --iters "$iters" --label tileattn_sm80 \
       --json "$OUT/bench_tileattn_sm80.json" >/tmp/bench_sm80.log 2>&1 || note "-- sm80 bench failed"
   fi
+  # BENCH_VARIANTS="name:VAR=value ...": the same grid under other settings (e.g.
+  # nopp:TILEATTN_SM90_PING_PONG=0), reported as extra tileattn_<name> columns.
+  variant_files=()
+  for variant in ${BENCH_VARIANTS:-}; do
+    name=${variant%%:*} setting=${variant#*:}
+    env "$setting" timeout 300 "$BUILD/bench/gpu/tileattn_gpu_bench" --dims "$dims" \
+      --lengths "$lengths" --iters "$iters" --label "tileattn_$name" \
+      --json "/tmp/bench_variant_$name.json" >/tmp/bench_variant.log 2>&1 || note "-- variant $name failed"
+    variant_files+=("/tmp/bench_variant_$name.json")
+  done
   PYTHONUNBUFFERED=1 python3 bench/gpu/bench_torch.py --dims "$dims" --lengths "$lengths" \
     --iters "$iters" --json "$OUT/bench_torch.json" >/tmp/bench_torch.log 2>&1 ||
     { note "-- torch bench failed"; tail -5 /tmp/bench_torch.log | tee -a "$SUMMARY"; }
   head -1 /tmp/bench_torch.log | tee -a "$SUMMARY"
-  python3 bench/gpu/compare.py "$OUT"/bench_tileattn*.json "$OUT/bench_torch.json" \
+  python3 bench/gpu/compare.py "$OUT"/bench_tileattn*.json "${variant_files[@]}" "$OUT/bench_torch.json" \
     --json "$OUT/bench.json" | tee -a "$SUMMARY"
 fi
 note "== done, status $status"

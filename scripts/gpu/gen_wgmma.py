@@ -3,7 +3,7 @@ uses (m64nNk16, f32 accumulate, bf16/f16; A from shared memory or registers).
 
     python3 scripts/gpu/gen_wgmma.py > src/cuda/sm90/wgmma.cuh
 """
-SS_SHAPES_N = (64, 128)        # S = Q K^T: N = block_n
+SS_SHAPES_N = (64, 80, 128)       # S = Q K^T: N = block_n
 RS_SHAPES_N = (64, 128, 256)   # O += P V: N = head-dim bucket
 TYPES = (("__nv_bfloat16", "bf16"), ("__half", "f16"))
 

@@ -26,4 +26,21 @@ __device__ __forceinline__ void store_elem(void* base, std::int64_t index, ElemT
   }
 }
 
+// Two consecutive elements (index even, base aligned to two elements): one 4- or 8-byte store.
+__device__ __forceinline__ void store_pair(void* base, std::int64_t index, ElemType type, float x,
+                                           float y) {
+  switch (type) {
+    case ElemType::f32:
+      reinterpret_cast<float2*>(static_cast<float*>(base) + index)[0] = make_float2(x, y);
+      break;
+    case ElemType::f16:
+      reinterpret_cast<__half2*>(static_cast<__half*>(base) + index)[0] = __floats2half2_rn(x, y);
+      break;
+    default:
+      reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(base) + index)[0] =
+          __floats2bfloat162_rn(x, y);
+      break;
+  }
+}
+
 }  // namespace tileattn::cuda

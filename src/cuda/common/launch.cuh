@@ -1,5 +1,5 @@
-// Host-side launch shared by the kernels: one CTA per (query block, head, batch), the tile
-// configuration's threads and dynamic shared memory, on the caller's stream, no synchronisation.
+// Host-side launch shared by the kernels: `blocks` CTAs of the tile configuration's threads and
+// dynamic shared memory on the caller's stream, no synchronisation.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,16 +9,26 @@
 namespace tileattn::cuda {
 
 template <typename Params, typename Config>
-cudaError_t launch_over_query_blocks(void (*kernel)(const Params), const Config& cfg,
-                                     const Params& params, const FlashFwdParams& p,
-                                     cudaStream_t stream) {
+cudaError_t launch_kernel(void (*kernel)(const Params), const Config& cfg, const Params& params,
+                          unsigned blocks, cudaStream_t stream) {
   const cudaError_t status = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, cfg.smem_bytes());
   if (status != cudaSuccess) return status;
-  const unsigned blocks = static_cast<unsigned>(p.num_m_blocks) *
-                          static_cast<unsigned>(p.heads_q) * static_cast<unsigned>(p.batch);
   kernel<<<blocks, cfg.threads(), cfg.smem_bytes(), stream>>>(params);
   return cudaGetLastError();
+}
+
+inline unsigned query_block_count(const FlashFwdParams& p) {
+  return static_cast<unsigned>(p.num_m_blocks) * static_cast<unsigned>(p.heads_q) *
+         static_cast<unsigned>(p.batch);
+}
+
+// One CTA per (query block, head, batch).
+template <typename Params, typename Config>
+cudaError_t launch_over_query_blocks(void (*kernel)(const Params), const Config& cfg,
+                                     const Params& params, const FlashFwdParams& p,
+                                     cudaStream_t stream) {
+  return launch_kernel(kernel, cfg, params, query_block_count(p), stream);
 }
 
 }  // namespace tileattn::cuda

@@ -26,13 +26,11 @@ struct TileCoords {
   }
 };
 
-// Query blocks are visited last-first within each (batch, head) so that, with causal masking,
-// the longest blocks start first.
+// Coordinates of query block m_block of (batch, head) pair bh = b * heads_q + h.
 template <int kBlockM, typename Params>
-__device__ TileCoords tile_coords(const Params& p) {
+__device__ TileCoords tile_coords_at(const Params& p, int m_block, int bh) {
   TileCoords t;
-  t.m_block = p.num_m_blocks - 1 - static_cast<int>(blockIdx.x % p.num_m_blocks);
-  const int bh = static_cast<int>(blockIdx.x / p.num_m_blocks);
+  t.m_block = m_block;
   t.h = bh % p.heads_q;
   t.b = bh / p.heads_q;
   t.hk = t.h / p.heads_per_kv;
@@ -49,6 +47,14 @@ __device__ TileCoords tile_coords(const Params& p) {
   t.window_left = p.window_left;
   t.window_right = p.window_right;
   return t;
+}
+
+// One CTA per query block: blocks are visited last-first within each (batch, head) so that,
+// with causal masking, the longest blocks start first.
+template <int kBlockM, typename Params>
+__device__ TileCoords tile_coords(const Params& p) {
+  return tile_coords_at<kBlockM>(p, p.num_m_blocks - 1 - static_cast<int>(blockIdx.x % p.num_m_blocks),
+                                 static_cast<int>(blockIdx.x / p.num_m_blocks));
 }
 
 }  // namespace tileattn::cuda

@@ -71,7 +71,7 @@ constexpr Sm90TileConfig sm90_tile_config(int bucket) {
   switch (bucket) {
     case 64: return {64, 128, 128, 2, 4, 24, 240};    // 144 KB shared memory
     case 128: return {128, 128, 128, 2, 2, 24, 240};  // 162 KB
-    case 256: return {256, 128, 64, 2, 2, 24, 240};   // 194 KB
+    case 256: return {256, 128, 80, 2, 2, 24, 240};   // 226 KB
     default: return {0, 0, 0, 0, 0, 0, 0};
   }
 }

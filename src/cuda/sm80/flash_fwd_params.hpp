@@ -31,6 +31,7 @@ struct FlashFwdParams {
   ElemType in_type;   // storage of q, k, v: the kernel's operand type, or f32 (converted on load)
   ElemType out_type;  // storage of out
   bool vector_loads;  // 16-byte cp.async tile loads are legal (alignment, strides, D % 8 == 0)
+  bool pair_stores;   // out: pairs of elements at even columns may be stored as one (alignment)
 
   // Fast path: scores are multiplied by scale * log2(e) and the softmax runs in base 2.
   float scale;

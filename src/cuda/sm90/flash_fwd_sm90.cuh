@@ -43,14 +43,46 @@ namespace tileattn::cuda {
 struct Sm90FwdParams {
   FlashFwdParams base;
   CUtensorMap q_map, k_map, v_map;
+  int num_tiles;    // query blocks x heads x batch
+  int group_heads;  // (batch, head) pairs per scheduling group (their K/V fit in L2 together)
+  bool ping_pong;   // consumer warpgroups take turns to issue their GEMMs
 };
+
+// Tile order: by group of group_heads (batch, head) pairs, then query block last-first (the
+// longest causal blocks first), then pair: the CTAs running at one time share a few heads' K/V
+// in L2.
+__device__ __forceinline__ void tile_at(const Sm90FwdParams& params, int tile, int& m_block,
+                                        int& bh) {
+  const FlashFwdParams& p = params.base;
+  const int group_size = params.group_heads * p.num_m_blocks;
+  const int group = tile / group_size, within = tile % group_size;
+  const int pairs = p.batch * p.heads_q;
+  const int heads_in_group = min(params.group_heads, pairs - group * params.group_heads);
+  m_block = p.num_m_blocks - 1 - within / heads_in_group;
+  bh = group * params.group_heads + within % heads_in_group;
+}
+
+// Persistent schedule: in round r the grid takes tiles [r grid, (r + 1) grid), CTA c the c-th of
+// them in even rounds and the c-th from the end in odd rounds, so that with causal masking (work
+// falling along the tile order) every CTA gets about the same total work. Returns -1 past the
+// end. With a grid of one CTA per tile this is plain one-tile-per-CTA.
+__device__ __forceinline__ int tile_of_round(const Sm90FwdParams& params, int round) {
+  const int grid = static_cast<int>(gridDim.x), cta = static_cast<int>(blockIdx.x);
+  const int base = round * grid;
+  if (base >= params.num_tiles) return -1;
+  const int tile = base + ((round & 1) ? grid - 1 - cta : cta);
+  return tile < params.num_tiles ? tile : -2;  // -2: nothing for this CTA in the last round
+}
 
 template <int kStages>
 struct Sm90Barriers {
-  std::uint64_t q_full;
+  std::uint64_t q_full, q_empty;
   std::uint64_t k_full[kStages], k_empty[kStages];
   std::uint64_t v_full[kStages], v_empty[kStages];
 };
+
+// Named barriers of the ping-pong schedule: consumer warpgroup w waits on kTurnBarrier + w.
+inline constexpr int kTurnBarrier = 1;
 
 template <typename T, int kBucket, bool kGeneral>
 __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
@@ -60,7 +92,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   constexpr int kDim = cfg.head_dim, kBlockM = cfg.block_m, kBlockN = cfg.block_n;
   constexpr int kStages = cfg.stages, kConsumerWarps = cfg.consumer_warp_groups * 4;
   constexpr int kNTiles = kBlockN / 8, kDTiles = kDim / 8, kColBlocks = kDim / 64;
-  static_assert(kBlockM == 64 * cfg.consumer_warp_groups && kDim % 64 == 0 && kBlockN % 64 == 0);
+  static_assert(kBlockM == 64 * cfg.consumer_warp_groups && kDim % 64 == 0 && kBlockN % 16 == 0);
+  static_assert(cfg.consumer_warp_groups == 2, "the ping-pong schedule pairs two warpgroups");
   static_assert(cfg.producer_registers * 128 +
                         cfg.consumer_registers * 128 * cfg.consumer_warp_groups <=
                     65536,
@@ -70,21 +103,32 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   extern __shared__ unsigned char smem_raw[];
   T* const q_tile = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
                                          ~static_cast<std::uintptr_t>(1023));
-  T* const k_tiles = q_tile + kBlockM * kDim;          // stages x (block_n, D)
+  T* const k_tiles = q_tile + kBlockM * kDim;             // stages x (block_n, D)
   T* const v_tiles = k_tiles + kStages * kBlockN * kDim;  // stages x (block_n, D)
   auto& bars = *reinterpret_cast<Sm90Barriers<kStages>*>(v_tiles + kStages * kBlockN * kDim);
 
-  const TileCoords tile = tile_coords<kBlockM>(p);
-  const int h = tile.h, b = tile.b, hk = tile.hk, m0 = tile.m0;
-  int first_top, last_top, first_bottom, last_bottom;
-  tile.visible(m0, first_top, last_top);
-  tile.visible(m0 + tile.rows_in_block - 1, first_bottom, last_bottom);
-  const int n_block_begin = first_top / kBlockN;
-  const int n_block_end = first_top < last_bottom ? (last_bottom + kBlockN - 1) / kBlockN : 0;
-  const int n_blocks = n_block_end > n_block_begin ? n_block_end - n_block_begin : 0;
+  // Key blocks [n_block_begin, n_block_begin + n_blocks) a tile visits.
+  struct TileWork {
+    TileCoords coords;
+    int first_top, last_top, first_bottom, last_bottom, n_block_begin, n_blocks;
+  };
+  auto tile_work = [&](int tile) {
+    TileWork w;
+    int m_block, bh;
+    tile_at(params, tile, m_block, bh);
+    w.coords = tile_coords_at<kBlockM>(p, m_block, bh);
+    w.coords.visible(w.coords.m0, w.first_top, w.last_top);
+    w.coords.visible(w.coords.m0 + w.coords.rows_in_block - 1, w.first_bottom, w.last_bottom);
+    w.n_block_begin = w.first_top / kBlockN;
+    const int end =
+        w.first_top < w.last_bottom ? (w.last_bottom + kBlockN - 1) / kBlockN : 0;
+    w.n_blocks = end > w.n_block_begin ? end - w.n_block_begin : 0;
+    return w;
+  };
 
   if (threadIdx.x == 0) {
     mbarrier_init(&bars.q_full, 1);
+    mbarrier_init(&bars.q_empty, kConsumerWarps);
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&bars.k_full[s], 1);
@@ -96,42 +140,55 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   }
   __syncthreads();
 
+  // Ring positions count key blocks over all tiles of this CTA: block number `it` uses slot
+  // it % stages in pass it / stages; the Q slot's pass is the number of tiles with work so far.
   const int warp_group = static_cast<int>(threadIdx.x) / 128;
   if (warp_group == 0) {  // ---------------------------------------------------- producer
     setmaxnreg_dec<cfg.producer_registers>();
-    if (threadIdx.x != 0 || n_blocks == 0) return;
+    if (threadIdx.x != 0) return;
     prefetch_tensor_map(&params.q_map);
     prefetch_tensor_map(&params.k_map);
     prefetch_tensor_map(&params.v_map);
     constexpr unsigned kKvBytes = cfg.kv_tile_bytes();
-    auto load_k = [&](int it) {
-      const int slot = it % kStages;
-      mbarrier_wait(&bars.k_empty[slot], ((it / kStages) & 1) ^ 1);
-      mbarrier_arrive_expect_tx(&bars.k_full[slot], kKvBytes);
-      T* dst = k_tiles + slot * kBlockN * kDim;
+    int kv_it = 0, q_pass = 0;
+    for (int round = 0, tile; (tile = tile_of_round(params, round)) != -1; ++round) {
+      if (tile < 0) continue;
+      const TileWork w = tile_work(tile);
+      if (w.n_blocks == 0) continue;
+      const int hk = w.coords.hk, b = w.coords.b;
+      auto load_k = [&](int i) {
+        const int it = kv_it + i, slot = it % kStages;
+        mbarrier_wait(&bars.k_empty[slot], ((it / kStages) & 1) ^ 1);
+        mbarrier_arrive_expect_tx(&bars.k_full[slot], kKvBytes);
+        T* dst = k_tiles + slot * kBlockN * kDim;
+#pragma unroll
+        for (int cb = 0; cb < kColBlocks; ++cb)
+          tma_load_4d(dst + cb * kBlockN * 64, &params.k_map, &bars.k_full[slot], cb * 64,
+                      (w.n_block_begin + i) * kBlockN, hk, b);
+      };
+      auto load_v = [&](int i) {
+        const int it = kv_it + i, slot = it % kStages;
+        mbarrier_wait(&bars.v_empty[slot], ((it / kStages) & 1) ^ 1);
+        mbarrier_arrive_expect_tx(&bars.v_full[slot], kKvBytes);
+        T* dst = v_tiles + slot * kBlockN * kDim;
+#pragma unroll
+        for (int cb = 0; cb < kColBlocks; ++cb)
+          tma_load_4d(dst + cb * kBlockN * 64, &params.v_map, &bars.v_full[slot], cb * 64,
+                      (w.n_block_begin + i) * kBlockN, hk, b);
+      };
+      load_k(0);
+      mbarrier_wait(&bars.q_empty, (q_pass & 1) ^ 1);
+      mbarrier_arrive_expect_tx(&bars.q_full, cfg.q_tile_bytes());
 #pragma unroll
       for (int cb = 0; cb < kColBlocks; ++cb)
-        tma_load_4d(dst + cb * kBlockN * 64, &params.k_map, &bars.k_full[slot], cb * 64,
-                    (n_block_begin + it) * kBlockN, hk, b);
-    };
-    auto load_v = [&](int it) {
-      const int slot = it % kStages;
-      mbarrier_wait(&bars.v_empty[slot], ((it / kStages) & 1) ^ 1);
-      mbarrier_arrive_expect_tx(&bars.v_full[slot], kKvBytes);
-      T* dst = v_tiles + slot * kBlockN * kDim;
-#pragma unroll
-      for (int cb = 0; cb < kColBlocks; ++cb)
-        tma_load_4d(dst + cb * kBlockN * 64, &params.v_map, &bars.v_full[slot], cb * 64,
-                    (n_block_begin + it) * kBlockN, hk, b);
-    };
-    load_k(0);
-    mbarrier_arrive_expect_tx(&bars.q_full, cfg.q_tile_bytes());
-#pragma unroll
-    for (int cb = 0; cb < kColBlocks; ++cb)
-      tma_load_4d(q_tile + cb * kBlockM * 64, &params.q_map, &bars.q_full, cb * 64, m0, h, b);
-    for (int it = 0; it < n_blocks; ++it) {
-      if (it + 1 < n_blocks) load_k(it + 1);
-      load_v(it);
+        tma_load_4d(q_tile + cb * kBlockM * 64, &params.q_map, &bars.q_full, cb * 64,
+                    w.coords.m0, w.coords.h, b);
+      for (int i = 0; i < w.n_blocks; ++i) {
+        if (i + 1 < w.n_blocks) load_k(i + 1);
+        load_v(i);
+      }
+      kv_it += w.n_blocks;
+      ++q_pass;
     }
     return;
   }
@@ -142,30 +199,20 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp_in_group = (static_cast<int>(threadIdx.x) / 32) % 4;
   const int g = lane / 4, t = lane % 4;
-  const int row0 = m0 + consumer * 64 + warp_in_group * 16 + g;  // rows row0 and row0 + 8
+  const T* q_group = q_tile + consumer * 64 * 64;
+
+  // Ping-pong: a warpgroup issues its GEMMs only in its turn and then hands the turn over, so
+  // one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
+  const bool ping_pong = params.ping_pong;
+  auto take_turn = [&] {
+    if (ping_pong) named_barrier_sync(kTurnBarrier + consumer, 256);
+  };
+  auto pass_turn = [&] {
+    if (ping_pong) named_barrier_arrive(kTurnBarrier + (consumer ^ 1), 256);
+  };
+  if (consumer == 1) pass_turn();  // warpgroup 0 goes first
 
   float acc_o[kDTiles][4];
-#pragma unroll
-  for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc_o[dt][e] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // base-2 units
-
-  GeneralScoreRow general_rows[2];
-  if constexpr (kGeneral) {
-    const float slope = alibi_slope(p, b, h);
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      GeneralScoreRow& r = general_rows[hh];
-      r.i = row0 + 8 * hh;
-      r.slope = slope;
-      r.mask_row = mask_row_offset(p, b, h, r.i);
-      r.distance0 = r.i + tile.klen - p.len_q;
-      tile.visible(r.i, r.first, r.last);
-    }
-  }
-
-  const T* q_group = q_tile + consumer * 64 * 64;
   auto issue_qk = [&](float (&s)[kNTiles][4], int slot) {
     const T* k_tile = k_tiles + slot * kBlockN * kDim;
     wgmma_fence();
@@ -190,63 +237,11 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   auto release = [&](std::uint64_t* bar) {
     if (lane == 0) mbarrier_arrive(bar);
   };
-
-  // Scores of block n_block -> probabilities (in place) with the online softmax; returns the
-  // factors the running output must be rescaled by.
-  auto softmax = [&](float (&s)[kNTiles][4], int n_block, float (&rescale)[2]) {
-    const int n0 = n_block * kBlockN;
-    if constexpr (kGeneral) {
+  auto rescale_o = [&](const float (&rescale)[2]) {
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
+    for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[nt][2 * hh + e];
-            x = general_score_log2(p, general_rows[hh], n0 + nt * 8 + 2 * t + e, x);
-          }
-    } else if (n0 < first_bottom || n0 + kBlockN > last_top) {  // a window / length edge
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        int first, last;
-        tile.visible(row0 + 8 * hh, first, last);
-        first -= n0 + 2 * t;
-        last -= n0 + 2 * t;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int j = nt * 8 + e;
-            if (j < first || j >= last) s[nt][2 * hh + e] = -INFINITY;
-          }
-      }
-    }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float block_max = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-        block_max = fmaxf(block_max, fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]));
-      block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
-      block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
-      // Fast path: max on raw scores (scale > 0), p = 2^(x scale log2 e - max): one FFMA and
-      // one MUFU per score. General path: scores are already base-2 logits.
-      const float scale = kGeneral ? 1.0f : p.scale_log2;
-      const float new_max = fmaxf(row_max[hh], block_max * scale);
-      const float base = new_max == -INFINITY ? 0.0f : new_max;  // all masked so far
-      rescale[hh] = exp2_approx(row_max[hh] - base);
-      row_max[hh] = new_max;
-      float sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[nt][2 * hh + e];
-          x = exp2_approx(fmaf(x, scale, -base));
-          sum += x;
-        }
-      row_sum[hh] = row_sum[hh] * rescale[hh] + sum;
-    }
+      for (int e = 0; e < 4; ++e) acc_o[dt][e] *= rescale[e >> 1];
   };
   // P as wgmma A fragments: the C fragments of n8 tiles 2k and 2k+1 form k16 step k.
   auto to_operand = [&](const float (&s)[kNTiles][4], std::uint32_t (&pa)[kBlockN / 16][4]) {
@@ -259,74 +254,173 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     }
   };
 
-  // Order inside one iteration (as FlashAttention-3): the O rescale and the P conversion are
-  // placed where no in-flight wgmma reads their registers (ptxas would otherwise serialise the
-  // wgmma pipeline, warning C7513).
-  auto rescale_o = [&](const float (&rescale)[2]) {
+  int kv_it = 0, q_pass = 0;
+  for (int round = 0, tile_index; (tile_index = tile_of_round(params, round)) != -1; ++round) {
+    if (tile_index < 0) continue;
+    const TileWork w = tile_work(tile_index);
+    const TileCoords& tile = w.coords;
+    const int h = tile.h, b = tile.b;
+    const int row0 = tile.m0 + consumer * 64 + warp_in_group * 16 + g;  // rows row0, row0 + 8
+
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[dt][e] *= rescale[e >> 1];
-  };
-  if (n_blocks > 0) {
-    mbarrier_wait(&bars.q_full, 0);
-    float s[kNTiles][4];
-    std::uint32_t pa[kBlockN / 16][4];
-    float rescale[2];
-    mbarrier_wait(&bars.k_full[0], 0);
-    issue_qk(s, 0);
-    wgmma_wait<0>();
-    fence_operand(s);
-    release(&bars.k_empty[0]);
-    softmax(s, n_block_begin, rescale);
-    to_operand(s, pa);
-    for (int it = 1; it < n_blocks; ++it) {
-      const int slot = it % kStages, prev = (it - 1) % kStages;
-      mbarrier_wait(&bars.k_full[slot], (it / kStages) & 1);
-      issue_qk(s, slot);
+      for (int e = 0; e < 4; ++e) acc_o[dt][e] = 0.0f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // base-2 units
+
+    GeneralScoreRow general_rows[2];
+    if constexpr (kGeneral) {
+      const float slope = alibi_slope(p, b, h);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        GeneralScoreRow& r = general_rows[hh];
+        r.i = row0 + 8 * hh;
+        r.slope = slope;
+        r.mask_row = mask_row_offset(p, b, h, r.i);
+        r.distance0 = r.i + tile.klen - p.len_q;
+        tile.visible(r.i, r.first, r.last);
+      }
+    }
+
+    // Scores of block n_block -> probabilities (in place) with the online softmax; returns the
+    // factors the running output must be rescaled by.
+    auto softmax = [&](float (&s)[kNTiles][4], int n_block, float (&rescale)[2]) {
+      const int n0 = n_block * kBlockN;
+      if constexpr (kGeneral) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float& x = s[nt][2 * hh + e];
+              x = general_score_log2(p, general_rows[hh], n0 + nt * 8 + 2 * t + e, x);
+            }
+      } else if (n0 < w.first_bottom || n0 + kBlockN > w.last_top) {  // a window / length edge
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          int first, last;
+          tile.visible(row0 + 8 * hh, first, last);
+          first -= n0 + 2 * t;
+          last -= n0 + 2 * t;
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int j = nt * 8 + e;
+              if (j < first || j >= last) s[nt][2 * hh + e] = -INFINITY;
+            }
+        }
+      }
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float block_max = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+          block_max = fmaxf(block_max, fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]));
+        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
+        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
+        // Fast path: max on raw scores (scale > 0), p = 2^(x scale log2 e - max): one FFMA
+        // and one MUFU per score. General path: scores are already base-2 logits.
+        const float scale = kGeneral ? 1.0f : p.scale_log2;
+        const float new_max = fmaxf(row_max[hh], block_max * scale);
+        const float base = new_max == -INFINITY ? 0.0f : new_max;  // all masked so far
+        rescale[hh] = exp2_approx(row_max[hh] - base);
+        row_max[hh] = new_max;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[nt][2 * hh + e];
+            x = exp2_approx(fmaf(x, scale, -base));
+            sum += x;
+          }
+        row_sum[hh] = row_sum[hh] * rescale[hh] + sum;
+      }
+    };
+
+    // Order inside one iteration (as FlashAttention-3): the O rescale and the P conversion are
+    // placed where no in-flight wgmma reads their registers (ptxas would otherwise serialise
+    // the wgmma pipeline, warning C7513).
+    if (w.n_blocks > 0) {
+      mbarrier_wait(&bars.q_full, q_pass & 1);
+      float s[kNTiles][4];
+      std::uint32_t pa[kBlockN / 16][4];
+      float rescale[2];
+      {
+        const int slot = kv_it % kStages;
+        take_turn();
+        mbarrier_wait(&bars.k_full[slot], (kv_it / kStages) & 1);
+        issue_qk(s, slot);
+        pass_turn();
+        wgmma_wait<0>();
+        fence_operand(s);
+        release(&bars.k_empty[slot]);
+        if (w.n_blocks == 1) release(&bars.q_empty);
+        softmax(s, w.n_block_begin, rescale);
+        to_operand(s, pa);
+      }
+      for (int i = 1; i < w.n_blocks; ++i) {
+        const int it = kv_it + i, slot = it % kStages, prev = (it - 1) % kStages;
+        take_turn();
+        mbarrier_wait(&bars.k_full[slot], (it / kStages) & 1);
+        issue_qk(s, slot);
+        rescale_o(rescale);
+        mbarrier_wait(&bars.v_full[prev], ((it - 1) / kStages) & 1);
+        issue_pv(pa, prev);
+        pass_turn();
+        wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
+        fence_operand(s);
+        release(&bars.k_empty[slot]);
+        if (i == w.n_blocks - 1) release(&bars.q_empty);
+        softmax(s, w.n_block_begin + i, rescale);
+        wgmma_wait<0>();
+        fence_operand(acc_o);
+        release(&bars.v_empty[prev]);
+        to_operand(s, pa);
+      }
+      const int it = kv_it + w.n_blocks - 1, last = it % kStages;
       rescale_o(rescale);
-      mbarrier_wait(&bars.v_full[prev], ((it - 1) / kStages) & 1);
-      issue_pv(pa, prev);
-      wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
-      fence_operand(s);
-      release(&bars.k_empty[slot]);
-      softmax(s, n_block_begin + it, rescale);
+      take_turn();
+      mbarrier_wait(&bars.v_full[last], (it / kStages) & 1);
+      issue_pv(pa, last);
+      pass_turn();
       wgmma_wait<0>();
       fence_operand(acc_o);
-      release(&bars.v_empty[prev]);
-      to_operand(s, pa);
+      release(&bars.v_empty[last]);
+      kv_it += w.n_blocks;
+      ++q_pass;
     }
-    const int last = (n_blocks - 1) % kStages;
-    rescale_o(rescale);
-    mbarrier_wait(&bars.v_full[last], ((n_blocks - 1) / kStages) & 1);
-    issue_pv(pa, last);
-    wgmma_wait<0>();
-    fence_operand(acc_o);
-    release(&bars.v_empty[last]);
-  }
 
-  // Epilogue: O / l straight from the accumulator registers, and the logsumexp.
-  char* out_base = static_cast<char*>(p.out);
-  const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
-  out_base += (b * p.o_stride_b + h * p.o_stride_h) * out_esize;
+    // Epilogue: O / l straight from the accumulator registers, and the logsumexp.
+    char* out_base = static_cast<char*>(p.out);
+    const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
+    out_base += (b * p.o_stride_b + h * p.o_stride_h) * out_esize;
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    float l = row_sum[hh];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int i = row0 + 8 * hh;
-    if (i >= p.len_q) continue;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    char* out_row = out_base + static_cast<std::int64_t>(i) * p.o_stride_l * out_esize;
+    for (int hh = 0; hh < 2; ++hh) {
+      float l = row_sum[hh];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int i = row0 + 8 * hh;
+      if (i >= p.len_q) continue;
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      char* out_row = out_base + static_cast<std::int64_t>(i) * p.o_stride_l * out_esize;
 #pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      const int col = dt * 8 + 2 * t;
-      if (col < p.dim_v) store_elem(out_row, col, p.out_type, acc_o[dt][2 * hh] * inv);
-      if (col + 1 < p.dim_v) store_elem(out_row, col + 1, p.out_type, acc_o[dt][2 * hh + 1] * inv);
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        const int col = dt * 8 + 2 * t;
+        const float x = acc_o[dt][2 * hh] * inv, y = acc_o[dt][2 * hh + 1] * inv;
+        if (p.pair_stores && col + 1 < p.dim_v) {
+          store_pair(out_row, col, p.out_type, x, y);
+        } else {
+          if (col < p.dim_v) store_elem(out_row, col, p.out_type, x);
+          if (col + 1 < p.dim_v) store_elem(out_row, col + 1, p.out_type, y);
+        }
+      }
+      if (p.lse != nullptr && t == 0)
+        p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] =
+            l > 0.0f ? (row_max[hh] + __log2f(l)) * kLn2 : -INFINITY;
     }
-    if (p.lse != nullptr && t == 0)
-      p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] =
-          l > 0.0f ? (row_max[hh] + __log2f(l)) * kLn2 : -INFINITY;
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }

@@ -1,6 +1,10 @@
 // Host launch of the sm90 kernel: TMA descriptors of Q, K and V, then one CTA per query block.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda/sm90/flash_fwd_sm90.cuh"
@@ -8,6 +12,14 @@
 #include "cuda/sm90/tensor_maps.hpp"
 
 namespace tileattn::cuda {
+
+// Scheduling switches for measurements (docs/perf/gpu.md): TILEATTN_SM90_PING_PONG=0 and
+// TILEATTN_SM90_PERSISTENT=0 turn the ping-pong schedule and the persistent grid off.
+inline bool sm90_option(const char* name, bool fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return fallback;
+  return std::strcmp(value, "0") != 0;
+}
 
 template <typename T, int kBucket, bool kGeneral>
 cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
@@ -23,8 +35,29 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
       !encode_tile_map(&params.v_map, p.v, bf16, p.dim_v, p.len_k, heads_kv, p.batch,
                        p.v_stride_l, p.v_stride_h, p.v_stride_b, cfg.block_n))
     return cudaErrorNotSupported;
-  return launch_over_query_blocks(&flash_fwd_sm90_kernel<T, kBucket, kGeneral>, cfg, params, p,
-                                  stream);
+  params.num_tiles = static_cast<int>(query_block_count(p));
+  // Scheduling groups: (batch, head) pairs whose K and V together take about 24 MB (half the
+  // H200's L2), so the CTAs running at one time mostly hit L2.
+  const std::int64_t kv_bytes_per_pair =
+      static_cast<std::int64_t>(p.len_k) * (p.dim + p.dim_v) * 2 + 1;
+  params.group_heads = static_cast<int>(std::clamp<std::int64_t>(
+      (std::int64_t{24} << 20) / kv_bytes_per_pair, 1, std::int64_t{p.batch} * p.heads_q));
+  params.ping_pong = sm90_option("TILEATTN_SM90_PING_PONG", true);
+  // Persistent (one CTA per SM walks the tile list) when every tile has the same work; with a
+  // causal or window band the hardware's dynamic CTA dispatch balances better than any static
+  // split (measured: D=128 causal L=16k 587 vs 393 TFLOP/s, docs/perf/gpu.md).
+  int device = 0, sms = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status == cudaSuccess)
+    status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (status != cudaSuccess) return status;
+  const unsigned tiles = static_cast<unsigned>(params.num_tiles);
+  const bool uniform_work = p.window_left < 0 && p.window_right < 0;
+  const unsigned blocks = sm90_option("TILEATTN_SM90_PERSISTENT", uniform_work)
+                              ? std::min(tiles, static_cast<unsigned>(sms))
+                              : tiles;
+  return launch_kernel(&flash_fwd_sm90_kernel<T, kBucket, kGeneral>, cfg, params, blocks,
+                       stream);
 }
 
 #define TILEATTN_DEFINE_FLASH_FWD_SM90(T, bucket, general) \
