@@ -75,6 +75,9 @@ FlashFwdParams make_params(const AttnParams& p, int block_m) {
   const std::int64_t out_esize = p.out_dtype == DType::f32 ? 4 : 2;
   k.pair_stores = reinterpret_cast<std::uintptr_t>(p.out) % (2 * out_esize) == 0 &&
                   p.o_stride_b % 2 == 0 && p.o_stride_l % 2 == 0 && p.o_stride_h % 2 == 0;
+  k.vector_stores = p.out_dtype == p.dtype && p.dtype != DType::f32 && p.dim_v % 8 == 0 &&
+                    aligned16(p.out) && p.o_stride_b % 8 == 0 && p.o_stride_l % 8 == 0 &&
+                    p.o_stride_h % 8 == 0;
   k.scale = p.scale;
   k.scale_log2 = p.scale * cuda::kLog2e;
   k.softcap = p.softcap;

@@ -43,9 +43,10 @@ namespace tileattn::cuda {
 struct Sm90FwdParams {
   FlashFwdParams base;
   CUtensorMap q_map, k_map, v_map;
-  int num_tiles;    // query blocks x heads x batch
-  int group_heads;  // (batch, head) pairs per scheduling group (their K/V fit in L2 together)
-  bool ping_pong;   // consumer warpgroups take turns to issue their GEMMs
+  int num_tiles;         // query blocks x heads x batch
+  int group_heads;       // (batch, head) pairs per scheduling group (their K/V fit in L2 together)
+  unsigned sched_slot;   // this launch's tile counter (kSchedulerSlots of them, reused in turn)
+  bool ping_pong;        // consumer warpgroups take turns to issue their GEMMs
 };
 
 // Tile order: by group of group_heads (batch, head) pairs, then query block last-first (the
@@ -62,26 +63,42 @@ __device__ __forceinline__ void tile_at(const Sm90FwdParams& params, int tile, i
   bh = group * params.group_heads + within % heads_in_group;
 }
 
-// Persistent schedule: in round r the grid takes tiles [r grid, (r + 1) grid), CTA c the c-th of
-// them in even rounds and the c-th from the end in odd rounds, so that with causal masking (work
-// falling along the tile order) every CTA gets about the same total work. Returns -1 past the
-// end. With a grid of one CTA per tile this is plain one-tile-per-CTA.
-__device__ __forceinline__ int tile_of_round(const Sm90FwdParams& params, int round) {
-  const int grid = static_cast<int>(gridDim.x), cta = static_cast<int>(blockIdx.x);
-  const int base = round * grid;
-  if (base >= params.num_tiles) return -1;
-  const int tile = base + ((round & 1) ? grid - 1 - cta : cta);
-  return tile < params.num_tiles ? tile : -2;  // -2: nothing for this CTA in the last round
+// Dynamic persistent schedule: CTA c starts with tile c; whenever its producer needs another
+// tile it takes the next one from a global counter, so CTAs that drew short (causal) tiles take
+// more of them. Counters live in static device memory (no allocation per call): a launch uses
+// slot sched_slot, and the last CTA to finish resets it for the launch that reuses the slot
+// kSchedulerSlots launches later (launches on one stream run in order; the slot count bounds how
+// many launches may be in flight at once across streams).
+inline constexpr unsigned kSchedulerSlots = 1024;
+struct TileCounter {
+  unsigned next, finished;
+};
+static __device__ TileCounter g_tile_counters[kSchedulerSlots];
+
+__device__ __forceinline__ int next_tile(const Sm90FwdParams& params) {
+  return static_cast<int>(gridDim.x + atomicAdd(&g_tile_counters[params.sched_slot].next, 1u));
+}
+
+__device__ __forceinline__ void finish_schedule(const Sm90FwdParams& params) {
+  TileCounter& counter = g_tile_counters[params.sched_slot];
+  __threadfence();  // this CTA's last take from `next` is ordered before its `finished` count
+  if (atomicAdd(&counter.finished, 1u) == gridDim.x - 1) {
+    counter.next = 0;
+    counter.finished = 0;
+  }
 }
 
 template <int kStages>
 struct Sm90Barriers {
-  std::uint64_t q_full, q_empty;
+  std::uint64_t q_full, q_empty;  // also hand the tile index over
+
   std::uint64_t k_full[kStages], k_empty[kStages];
   std::uint64_t v_full[kStages], v_empty[kStages];
+  int tile;  // the tile whose Q the q_full phase announces; -1: no more tiles
 };
 
-// Named barriers of the ping-pong schedule: consumer warpgroup w waits on kTurnBarrier + w.
+// Named barriers: consumer warpgroup w waits for its ping-pong turn on kTurnBarrier + w and
+// syncs its output staging on kTurnBarrier + 2 + w.
 inline constexpr int kTurnBarrier = 1;
 
 template <typename T, int kBucket, bool kGeneral>
@@ -105,7 +122,9 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
                                          ~static_cast<std::uintptr_t>(1023));
   T* const k_tiles = q_tile + kBlockM * kDim;             // stages x (block_n, D)
   T* const v_tiles = k_tiles + kStages * kBlockN * kDim;  // stages x (block_n, D)
-  auto& bars = *reinterpret_cast<Sm90Barriers<kStages>*>(v_tiles + kStages * kBlockN * kDim);
+  T* const o_stage = v_tiles + kStages * kBlockN * kDim;  // (block_m, D) if o_stage_bytes > 0
+  auto& bars = *reinterpret_cast<Sm90Barriers<kStages>*>(reinterpret_cast<char*>(o_stage) +
+                                                         cfg.o_stage_bytes());
 
   // Key blocks [n_block_begin, n_block_begin + n_blocks) a tile visits.
   struct TileWork {
@@ -150,11 +169,13 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     prefetch_tensor_map(&params.k_map);
     prefetch_tensor_map(&params.v_map);
     constexpr unsigned kKvBytes = cfg.kv_tile_bytes();
+    // Per tile: K_0 first (its ring slot is usually free already), then the tile index and Q
+    // once the consumers are done with the previous Q, then the rest of K and V.
     int kv_it = 0, q_pass = 0;
-    for (int round = 0, tile; (tile = tile_of_round(params, round)) != -1; ++round) {
-      if (tile < 0) continue;
-      const TileWork w = tile_work(tile);
-      if (w.n_blocks == 0) continue;
+    for (int tile = static_cast<int>(blockIdx.x);; ++q_pass) {
+      const bool valid = tile < params.num_tiles;
+      const TileWork w = tile_work(valid ? tile : 0);
+      const int n_blocks = valid ? w.n_blocks : 0;
       const int hk = w.coords.hk, b = w.coords.b;
       auto load_k = [&](int i) {
         const int it = kv_it + i, slot = it % kStages;
@@ -176,20 +197,27 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
           tma_load_4d(dst + cb * kBlockN * 64, &params.v_map, &bars.v_full[slot], cb * 64,
                       (w.n_block_begin + i) * kBlockN, hk, b);
       };
-      load_k(0);
+      if (n_blocks > 0) load_k(0);
       mbarrier_wait(&bars.q_empty, (q_pass & 1) ^ 1);
-      mbarrier_arrive_expect_tx(&bars.q_full, cfg.q_tile_bytes());
+      bars.tile = valid ? tile : -1;
+      if (n_blocks > 0) {
+        mbarrier_arrive_expect_tx(&bars.q_full, cfg.q_tile_bytes());
 #pragma unroll
-      for (int cb = 0; cb < kColBlocks; ++cb)
-        tma_load_4d(q_tile + cb * kBlockM * 64, &params.q_map, &bars.q_full, cb * 64,
-                    w.coords.m0, w.coords.h, b);
-      for (int i = 0; i < w.n_blocks; ++i) {
-        if (i + 1 < w.n_blocks) load_k(i + 1);
+        for (int cb = 0; cb < kColBlocks; ++cb)
+          tma_load_4d(q_tile + cb * kBlockM * 64, &params.q_map, &bars.q_full, cb * 64,
+                      w.coords.m0, w.coords.h, b);
+      } else {
+        mbarrier_arrive(&bars.q_full);  // an index only (an empty tile, or the end)
+      }
+      if (!valid) break;
+      for (int i = 0; i < n_blocks; ++i) {
+        if (i + 1 < n_blocks) load_k(i + 1);
         load_v(i);
       }
-      kv_it += w.n_blocks;
-      ++q_pass;
+      kv_it += n_blocks;
+      tile = next_tile(params);
     }
+    finish_schedule(params);
     return;
   }
 
@@ -254,10 +282,13 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     }
   };
 
-  int kv_it = 0, q_pass = 0;
-  for (int round = 0, tile_index; (tile_index = tile_of_round(params, round)) != -1; ++round) {
-    if (tile_index < 0) continue;
+  int kv_it = 0;
+  for (int q_pass = 0;; ++q_pass) {
+    mbarrier_wait(&bars.q_full, q_pass & 1);
+    const int tile_index = bars.tile;
+    if (tile_index < 0) break;
     const TileWork w = tile_work(tile_index);
+    if (w.n_blocks == 0) release(&bars.q_empty);
     const TileCoords& tile = w.coords;
     const int h = tile.h, b = tile.b;
     const int row0 = tile.m0 + consumer * 64 + warp_in_group * 16 + g;  // rows row0, row0 + 8
@@ -344,7 +375,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     // placed where no in-flight wgmma reads their registers (ptxas would otherwise serialise
     // the wgmma pipeline, warning C7513).
     if (w.n_blocks > 0) {
-      mbarrier_wait(&bars.q_full, q_pass & 1);
       float s[kNTiles][4];
       std::uint32_t pa[kBlockN / 16][4];
       float rescale[2];
@@ -390,24 +420,61 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       fence_operand(acc_o);
       release(&bars.v_empty[last]);
       kv_it += w.n_blocks;
-      ++q_pass;
     }
 
-    // Epilogue: O / l straight from the accumulator registers, and the logsumexp.
-    char* out_base = static_cast<char*>(p.out);
-    const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
-    out_base += (b * p.o_stride_b + h * p.o_stride_h) * out_esize;
+    // Epilogue: O / l, staged through shared memory (16-byte chunks XOR-swizzled by row, so
+    // both the fragment writes and the row reads are free of bank conflicts) and written with
+    // coalesced 16-byte stores; or straight from the registers. Then the logsumexp.
+    float inv_sum[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       float l = row_sum[hh];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
+      row_sum[hh] = l;
+      inv_sum[hh] = l > 0.0f ? 1.0f / l : 0.0f;
+    }
+    bool stored = false;
+    if constexpr (cfg.o_stage_bytes() > 0) {
+      if (p.vector_stores) {
+        constexpr int kChunks = kDim / 8;  // 16-byte chunks per row
+        T* stage = o_stage + consumer * 64 * kDim;
+        const int stage_barrier = kTurnBarrier + 2 + consumer;
+        named_barrier_sync(stage_barrier, 128);  // the previous tile's reads are done
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = warp_in_group * 16 + g + 8 * hh;
+#pragma unroll
+          for (int dt = 0; dt < kDTiles; ++dt)
+            *reinterpret_cast<std::uint32_t*>(stage + r * kDim + ((dt ^ (r & 7)) * 8) + 2 * t) =
+                MmaType<T>::pack(acc_o[dt][2 * hh] * inv_sum[hh],
+                                 acc_o[dt][2 * hh + 1] * inv_sum[hh]);
+        }
+        named_barrier_sync(stage_barrier, 128);
+        const int row_base = tile.m0 + consumer * 64;
+        T* out = static_cast<T*>(p.out) + b * p.o_stride_b + h * p.o_stride_h;
+#pragma unroll
+        for (int idx = static_cast<int>(threadIdx.x) % 128; idx < 64 * kChunks; idx += 128) {
+          const int r = idx / kChunks, c = idx % kChunks;
+          if (row_base + r < p.len_q && c * 8 < p.dim_v)
+            *reinterpret_cast<uint4*>(out + static_cast<std::int64_t>(row_base + r) * p.o_stride_l +
+                                      c * 8) =
+                *reinterpret_cast<const uint4*>(stage + r * kDim + ((c ^ (r & 7)) * 8));
+        }
+        stored = true;
+      }
+    }
+    char* out_base = static_cast<char*>(p.out);
+    const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
+    out_base += (b * p.o_stride_b + h * p.o_stride_h) * out_esize;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float l = row_sum[hh], inv = inv_sum[hh];
       const int i = row0 + 8 * hh;
       if (i >= p.len_q) continue;
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
       char* out_row = out_base + static_cast<std::int64_t>(i) * p.o_stride_l * out_esize;
 #pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
+      for (int dt = 0; dt < kDTiles && !stored; ++dt) {
         const int col = dt * 8 + 2 * t;
         const float x = acc_o[dt][2 * hh] * inv, y = acc_o[dt][2 * hh + 1] * inv;
         if (p.pair_stores && col + 1 < p.dim_v) {

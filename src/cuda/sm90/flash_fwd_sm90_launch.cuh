@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,8 @@
 #include "cuda/sm90/tensor_maps.hpp"
 
 namespace tileattn::cuda {
+
+inline std::atomic<unsigned> g_sm90_launches{0};  // picks each launch's scheduler slot
 
 // Scheduling switches for measurements (docs/perf/gpu.md): TILEATTN_SM90_PING_PONG=0 and
 // TILEATTN_SM90_PERSISTENT=0 turn the ping-pong schedule and the persistent grid off.
@@ -43,17 +46,16 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
   params.group_heads = static_cast<int>(std::clamp<std::int64_t>(
       (std::int64_t{24} << 20) / kv_bytes_per_pair, 1, std::int64_t{p.batch} * p.heads_q));
   params.ping_pong = sm90_option("TILEATTN_SM90_PING_PONG", true);
-  // Persistent (one CTA per SM walks the tile list) when every tile has the same work; with a
-  // causal or window band the hardware's dynamic CTA dispatch balances better than any static
-  // split (measured: D=128 causal L=16k 587 vs 393 TFLOP/s, docs/perf/gpu.md).
+  // Persistent: one CTA per SM, each taking tiles from the launch's counter until none are left
+  // (TILEATTN_SM90_PERSISTENT=0: one CTA per tile, for comparison).
+  params.sched_slot = g_sm90_launches.fetch_add(1, std::memory_order_relaxed) % kSchedulerSlots;
   int device = 0, sms = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status == cudaSuccess)
     status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (status != cudaSuccess) return status;
   const unsigned tiles = static_cast<unsigned>(params.num_tiles);
-  const bool uniform_work = p.window_left < 0 && p.window_right < 0;
-  const unsigned blocks = sm90_option("TILEATTN_SM90_PERSISTENT", uniform_work)
+  const unsigned blocks = sm90_option("TILEATTN_SM90_PERSISTENT", true)
                               ? std::min(tiles, static_cast<unsigned>(sms))
                               : tiles;
   return launch_kernel(&flash_fwd_sm90_kernel<T, kBucket, kGeneral>, cfg, params, blocks,
