@@ -73,6 +73,14 @@ if has_stage build; then
       /tmp/sass.txt >>"$OUT/sass.txt"
   done
   grep -E "spill" "$OUT/sass.txt" | sort | uniq -c | tee -a "$SUMMARY"
+  # Where the sm90 kernels touch local memory (spills), with the nearest preceding HGMMA / BAR /
+  # branch-target context, to tell main-loop spills from prologue / epilogue ones.
+  for obj in "$BUILD"/src/CMakeFiles/tileattn.dir/cuda/sm90/*hdim*.o; do
+    cuobjdump --dump-sass --gpu-architecture sm_90a "$obj" 2>/dev/null |
+      awk -v f="$(basename "$obj")" '/Function :/ {name=$3; n=0; hg=0}
+        /HGMMA/ {hg++}
+        /LDL|STL/ {n++; if (n <= 6) printf "%s %s: %s  [after %d HGMMA]\n", f, name, $0, hg}' >>"$OUT/sass.txt"
+  done
   # wgmma serialisation warnings (C7513/C7515) would cost the sm90 kernel its overlap.
   note "   ptxas wgmma serialisation warnings: $(grep -c -E 'C751[0-9]' /tmp/build.log)"
 fi

@@ -97,8 +97,8 @@ struct Sm90Barriers {
   int tile;  // the tile whose Q the q_full phase announces; -1: no more tiles
 };
 
-// Named barriers: consumer warpgroup w waits for its ping-pong turn on kTurnBarrier + w and
-// syncs its output staging on kTurnBarrier + 2 + w.
+// Named barriers: consumer warpgroup w (of n) waits for its turn on kTurnBarrier + w and syncs
+// its output staging on kTurnBarrier + n + w.
 inline constexpr int kTurnBarrier = 1;
 
 template <typename T, int kBucket, bool kGeneral>
@@ -110,7 +110,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   constexpr int kStages = cfg.stages, kConsumerWarps = cfg.consumer_warp_groups * 4;
   constexpr int kNTiles = kBlockN / 8, kDTiles = kDim / 8, kColBlocks = kDim / 64;
   static_assert(kBlockM == 64 * cfg.consumer_warp_groups && kDim % 64 == 0 && kBlockN % 16 == 0);
-  static_assert(cfg.consumer_warp_groups == 2, "the ping-pong schedule pairs two warpgroups");
+  constexpr int kConsumerGroups = cfg.consumer_warp_groups;
+  static_assert(2 * kConsumerGroups + kTurnBarrier <= 16, "named barriers");
   static_assert(cfg.producer_registers * 128 +
                         cfg.consumer_registers * 128 * cfg.consumer_warp_groups <=
                     65536,
@@ -229,16 +230,17 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   const int g = lane / 4, t = lane % 4;
   const T* q_group = q_tile + consumer * 64 * 64;
 
-  // Ping-pong: a warpgroup issues its GEMMs only in its turn and then hands the turn over, so
-  // one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
+  // Ping-pong: a warpgroup issues its GEMMs only in its turn and then hands the turn to the next
+  // one (round robin), so one warpgroup's softmax runs while another's GEMMs occupy the tensor
+  // cores.
   const bool ping_pong = params.ping_pong;
   auto take_turn = [&] {
     if (ping_pong) named_barrier_sync(kTurnBarrier + consumer, 256);
   };
   auto pass_turn = [&] {
-    if (ping_pong) named_barrier_arrive(kTurnBarrier + (consumer ^ 1), 256);
+    if (ping_pong) named_barrier_arrive(kTurnBarrier + (consumer + 1) % kConsumerGroups, 256);
   };
-  if (consumer == 1) pass_turn();  // warpgroup 0 goes first
+  if (consumer == kConsumerGroups - 1) pass_turn();  // warpgroup 0 goes first
 
   float acc_o[kDTiles][4];
   auto issue_qk = [&](float (&s)[kNTiles][4], int slot) {
@@ -439,7 +441,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       if (p.vector_stores) {
         constexpr int kChunks = kDim / 8;  // 16-byte chunks per row
         T* stage = o_stage + consumer * 64 * kDim;
-        const int stage_barrier = kTurnBarrier + 2 + consumer;
+        const int stage_barrier = kTurnBarrier + kConsumerGroups + consumer;
         named_barrier_sync(stage_barrier, 128);  // the previous tile's reads are done
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
