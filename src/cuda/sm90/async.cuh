@@ -70,6 +70,30 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* map, std
       : "memory");
 }
 
+// The same with an L2 eviction-priority hint (a policy from l2_evict_first / l2_evict_last).
+__device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* map, std::uint64_t* bar,
+                                            int c0, int c1, int c2, int c3,
+                                            std::uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_address(smem_dst)),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+      "r"(smem_address(bar)), "l"(policy)
+      : "memory");
+}
+
+// L2 policies: data read once (evicted first) and data many CTAs re-read (evicted last).
+__device__ __forceinline__ std::uint64_t l2_evict_first() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ std::uint64_t l2_evict_last() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));

@@ -47,6 +47,7 @@ struct Sm90FwdParams {
   int group_heads;       // (batch, head) pairs per scheduling group (their K/V fit in L2 together)
   unsigned sched_slot;   // this launch's tile counter (kSchedulerSlots of them, reused in turn)
   bool ping_pong;        // consumer warpgroups take turns to issue their GEMMs
+  float rescale_threshold;  // lazy rescaling of the online softmax, log2 units (0: eager)
 };
 
 // Tile order: by group of group_heads (batch, head) pairs, then query block last-first (the
@@ -170,6 +171,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     prefetch_tensor_map(&params.k_map);
     prefetch_tensor_map(&params.v_map);
     constexpr unsigned kKvBytes = cfg.kv_tile_bytes();
+    // Q is read by one CTA once; K and V by every query block of their heads.
+    const std::uint64_t read_once = l2_evict_first(), read_often = l2_evict_last();
     // Per tile: K_0 first (its ring slot is usually free already), then the tile index and Q
     // once the consumers are done with the previous Q, then the rest of K and V.
     int kv_it = 0, q_pass = 0;
@@ -186,7 +189,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb)
           tma_load_4d(dst + cb * kBlockN * 64, &params.k_map, &bars.k_full[slot], cb * 64,
-                      (w.n_block_begin + i) * kBlockN, hk, b);
+                      (w.n_block_begin + i) * kBlockN, hk, b, read_often);
       };
       auto load_v = [&](int i) {
         const int it = kv_it + i, slot = it % kStages;
@@ -196,7 +199,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb)
           tma_load_4d(dst + cb * kBlockN * 64, &params.v_map, &bars.v_full[slot], cb * 64,
-                      (w.n_block_begin + i) * kBlockN, hk, b);
+                      (w.n_block_begin + i) * kBlockN, hk, b, read_often);
       };
       if (n_blocks > 0) load_k(0);
       mbarrier_wait(&bars.q_empty, (q_pass & 1) ^ 1);
@@ -206,7 +209,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb)
           tma_load_4d(q_tile + cb * kBlockM * 64, &params.q_map, &bars.q_full, cb * 64,
-                      w.coords.m0, w.coords.h, b);
+                      w.coords.m0, w.coords.h, b, read_once);
       } else {
         mbarrier_arrive(&bars.q_full);  // an index only (an empty tile, or the end)
       }
@@ -268,6 +271,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     if (lane == 0) mbarrier_arrive(bar);
   };
   auto rescale_o = [&](const float (&rescale)[2]) {
+    if (!__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) return;
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
@@ -355,10 +359,15 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
         // Fast path: max on raw scores (scale > 0), p = 2^(x scale log2 e - max): one FFMA
         // and one MUFU per score. General path: scores are already base-2 logits.
+        // The running max moves only when a block's max exceeds it by more than the threshold
+        // (8: probabilities stay below 2^8, exactly renormalised at the end), so most blocks
+        // leave O unscaled.
         const float scale = kGeneral ? 1.0f : p.scale_log2;
-        const float new_max = fmaxf(row_max[hh], block_max * scale);
+        const float scaled_max = block_max * scale;
+        const float new_max =
+            scaled_max > row_max[hh] + params.rescale_threshold ? scaled_max : row_max[hh];
         const float base = new_max == -INFINITY ? 0.0f : new_max;  // all masked so far
-        rescale[hh] = exp2_approx(row_max[hh] - base);
+        rescale[hh] = new_max == row_max[hh] ? 1.0f : exp2_approx(row_max[hh] - base);
         row_max[hh] = new_max;
         float sum = 0.0f;
 #pragma unroll

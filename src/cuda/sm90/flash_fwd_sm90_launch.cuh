@@ -16,8 +16,9 @@ namespace tileattn::cuda {
 
 inline std::atomic<unsigned> g_sm90_launches{0};  // picks each launch's scheduler slot
 
-// Scheduling switches for measurements (docs/perf/gpu.md): TILEATTN_SM90_PING_PONG=0 and
-// TILEATTN_SM90_PERSISTENT=0 turn the ping-pong schedule and the persistent grid off.
+// Switches for measurements (docs/perf/gpu.md): TILEATTN_SM90_PING_PONG=0,
+// TILEATTN_SM90_PERSISTENT=0 and TILEATTN_SM90_LAZY_RESCALE=0 turn the ping-pong schedule, the
+// persistent grid and the lazy softmax rescaling off.
 inline bool sm90_option(const char* name, bool fallback) {
   const char* value = std::getenv(name);
   if (value == nullptr) return fallback;
@@ -39,13 +40,14 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
                        p.v_stride_l, p.v_stride_h, p.v_stride_b, cfg.block_n))
     return cudaErrorNotSupported;
   params.num_tiles = static_cast<int>(query_block_count(p));
-  // Scheduling groups: (batch, head) pairs whose K and V together take about 24 MB (half the
-  // H200's L2), so the CTAs running at one time mostly hit L2.
+  // Scheduling groups: (batch, head) pairs whose K and V together take about 8 MB (a sixth of
+  // the H200's L2), so the CTAs running at one time mostly hit L2.
   const std::int64_t kv_bytes_per_pair =
       static_cast<std::int64_t>(p.len_k) * (p.dim + p.dim_v) * 2 + 1;
   params.group_heads = static_cast<int>(std::clamp<std::int64_t>(
-      (std::int64_t{24} << 20) / kv_bytes_per_pair, 1, std::int64_t{p.batch} * p.heads_q));
+      (std::int64_t{8} << 20) / kv_bytes_per_pair, 1, std::int64_t{p.batch} * p.heads_q));
   params.ping_pong = sm90_option("TILEATTN_SM90_PING_PONG", true);
+  params.rescale_threshold = sm90_option("TILEATTN_SM90_LAZY_RESCALE", true) ? 8.0f : 0.0f;
   // Persistent: one CTA per SM, each taking tiles from the launch's counter until none are left
   // (TILEATTN_SM90_PERSISTENT=0: one CTA per tile, for comparison).
   params.sched_slot = g_sm90_launches.fetch_add(1, std::memory_order_relaxed) % kSchedulerSlots;
