@@ -149,9 +149,12 @@ void backward_step(const BackwardStep& step) {
                                      kBlockK, dp, true);
   }
   // dQ += dS K, [rows][D]: A(m = row, k = key) = dS[row][key].
-  if (step.dq != nullptr)
+  if (step.dq != nullptr) {
+    if (step.dq_gate != nullptr) step.dq_gate(step.dq_gate_arg, true);
     product<kGradRows, kGradVecs, kBlockK>(step.dprobs, 1, step.k_rows, dp, kBlockK, step.dq, dp,
                                            rows, dp, true);
+    if (step.dq_gate != nullptr) step.dq_gate(step.dq_gate_arg, false);
+  }
 }
 
 }  // namespace

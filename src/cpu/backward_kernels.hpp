@@ -38,6 +38,10 @@ struct BackwardStep {
   float* dk;  // [block_k][dim_padded]
   float* dv;  // [block_k][dim_v_padded]
   float* dq;  // [block_q][dim_padded]
+  // Optional gate around the dq product (the deterministic mode's fixed order of key blocks):
+  // called with enter = true before adding to dq, enter = false after.
+  void (*dq_gate)(void* arg, bool enter);
+  void* dq_gate_arg;
 
   // Scratch owned by the calling thread, [block_q][block_k] each.
   float* probs;

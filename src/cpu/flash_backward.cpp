@@ -7,11 +7,20 @@
 // orientations, V transposed). Then each work item is one key block of one pair, run against
 // every query tile (of every query head of the group) that sees it; its thread owns the
 // block's dk and dv. Items are taken longest first so that causal work balances.
+//
+// dq: each thread adds into its own partial buffer of the phase's query tiles, and the partials
+// are summed in thread order afterwards. Deterministic mode: items are handed out in (pair, key
+// block) order and every query tile has one shared buffer that takes its key blocks'
+// contributions in increasing order (a gate in front of the dq product), so every sum has one
+// fixed order whatever the number of threads.
 #include "cpu/flash_backward.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "common/threads.hpp"
@@ -90,6 +99,23 @@ struct TileRange {
   std::int64_t max_first, min_last;     // intersection of the rows' ranges
 };
 
+// The deterministic mode's gate: key block kb adds to a dq tile only after the tile's previous
+// key block has (the blocks that see a tile are consecutive).
+struct DqGate {
+  std::atomic<std::int64_t>* next;
+  std::int64_t kb;
+
+  static void pass(void* arg, bool enter) {
+    auto* gate = static_cast<DqGate*>(arg);
+    if (!enter) {
+      gate->next->store(gate->kb + 1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; gate->next->load(std::memory_order_acquire) != gate->kb; ++spins)
+      if (spins > 64) std::this_thread::yield();  // the owner of the previous block may be descheduled
+  }
+};
+
 struct Scratch {
   std::vector<float> probs, dprobs, dropped, softcap_grad, dk, dv, dq, rows, out_row;
   std::vector<const float*> row_ptrs;
@@ -124,7 +150,10 @@ class Backward {
     first_.resize(static_cast<std::size_t>(pairs_per_phase_ * g_.q_tiles * kBlockQ));
     last_.resize(first_.size());
     ranges_.resize(static_cast<std::size_t>(pairs_per_phase_ * g_.q_tiles));
-    if (!p.deterministic) {
+    if (p.deterministic) {
+      next_kb_.reset(new std::atomic<std::int64_t>[static_cast<std::size_t>(
+          std::max<std::int64_t>(1, pairs_per_phase_ * g_.group * g_.q_tiles))]);
+    } else {
       partial_.resize(static_cast<std::size_t>(threads_));
       touched_.resize(static_cast<std::size_t>(threads_));
     }
@@ -180,25 +209,47 @@ class Backward {
           for (std::int64_t t = 0; t < g_.q_tiles; ++t) cost += sees(local, t, kb) ? 1 : 0;
           work_.push_back({local, kb, cost});
         }
-      std::stable_sort(work_.begin(), work_.end(),
-                       [](const Item& a, const Item& b) { return a.cost > b.cost; });
-      if (!p_.deterministic)
+      const auto tiles = static_cast<std::size_t>(q_items);
+      if (p_.deterministic) {
+        // Items in (pair, key block) order; each dq tile takes its key blocks' contributions in
+        // that order (next_kb_ gates the dq product), so dq's summation order is fixed.
+        shared_dq_.assign(tiles * static_cast<std::size_t>(kBlockQ * g_.Dp), 0.0f);
+        for (std::size_t t = 0; t < tiles; ++t) {
+          const std::int64_t local = static_cast<std::int64_t>(t) / (g_.group * g_.q_tiles);
+          const std::int64_t tile = static_cast<std::int64_t>(t) % g_.q_tiles;
+          next_kb_[t].store(ranges_[static_cast<std::size_t>(local * g_.q_tiles + tile)].block_begin,
+                            std::memory_order_relaxed);
+        }
+        next_item_.store(0, std::memory_order_relaxed);
+      } else {
+        // Longest first, so that causal work balances between threads.
+        std::stable_sort(work_.begin(), work_.end(),
+                         [](const Item& a, const Item& b) { return a.cost > b.cost; });
         for (std::size_t t = 0; t < partial_.size(); ++t) {
-          const auto tiles = static_cast<std::size_t>(count * g_.group * g_.q_tiles);
           partial_[t].resize(tiles * static_cast<std::size_t>(kBlockQ * g_.Dp));
           touched_[t].assign(tiles, 0);
         }
+      }
     }
+    if (p_.deterministic) {
+      // Items are handed out strictly in order: a thread waiting at a dq gate waits only for
+      // key blocks already taken by running threads, so the waits always end.
+      for (std::size_t w; (w = next_item_.fetch_add(1, std::memory_order_relaxed)) < work_.size();)
+        key_block(phase, work_[w], s);
+#pragma omp barrier
+    } else {
 #pragma omp for schedule(dynamic, 1)
-    for (std::size_t w = 0; w < work_.size(); ++w) key_block(phase, work_[w], s);
+      for (std::size_t w = 0; w < work_.size(); ++w) key_block(phase, work_[w], s);
+    }
 
-    // dq: either the reduction of the per-thread partials or, deterministic, its own pass.
+    // dq: the ordered shared accumulators, or the sum of the per-thread partials.
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < q_items; ++item) {
       const std::int64_t local = item / (g_.group * g_.q_tiles);
       const std::int64_t member = item / g_.q_tiles % g_.group, tile = item % g_.q_tiles;
       if (p_.deterministic)
-        dq_tile(phase, local, member, tile, s);
+        store_dq(phase, local, member, tile,
+                 shared_dq_.data() + item * kBlockQ * g_.Dp, s);
       else
         reduce_dq_tile(phase, local, member, tile, s);
     }
@@ -356,19 +407,6 @@ class Backward {
   // and (unless deterministic) dq contributions into this thread's partial buffer.
   void key_block(std::int64_t phase, const Item& item, Scratch& s);
 
-  // dq of one query tile from every key block it sees, in order (deterministic mode).
-  void dq_tile(std::int64_t phase, std::int64_t local, std::int64_t member, std::int64_t tile,
-               Scratch& s) const {
-    const TileRange& range = ranges_[static_cast<std::size_t>(local * g_.q_tiles + tile)];
-    std::fill(s.dq.begin(), s.dq.end(), 0.0f);
-    for (std::int64_t kb = range.block_begin; kb < range.block_end; ++kb) {
-      BackwardStep step = make_step(phase, local, member, tile, kb, s);
-      step.dq = s.dq.data();
-      kernel_(step);
-    }
-    store_dq(phase, local, member, tile, s.dq.data(), s);
-  }
-
   void reduce_dq_tile(std::int64_t phase, std::int64_t local, std::int64_t member,
                       std::int64_t tile, Scratch& s) const {
     const std::size_t index = static_cast<std::size_t>((local * g_.group + member) * g_.q_tiles + tile);
@@ -401,8 +439,13 @@ class Backward {
   std::vector<std::int64_t> first_, last_;  // per packed query row: its visible keys
   std::vector<TileRange> ranges_;           // per (pair, query tile)
   std::vector<Item> work_;
-  // Non-deterministic mode: per thread, dq partials of every query tile of the phase and
-  // whether the thread has written (and so zeroed) each.
+  // Deterministic mode: dq of every query tile of the phase, and per tile the key block whose
+  // contribution is due next; items are handed out by next_item_.
+  std::vector<float> shared_dq_;
+  std::unique_ptr<std::atomic<std::int64_t>[]> next_kb_;
+  std::atomic<std::size_t> next_item_{0};
+  // Otherwise: per thread, dq partials of every query tile of the phase and whether the thread
+  // has written (and so zeroed) each.
   std::vector<std::vector<float>> partial_;
   std::vector<std::vector<std::uint8_t>> touched_;
 };
@@ -417,10 +460,16 @@ void Backward::key_block(std::int64_t phase, const Item& item, Scratch& s) {
       BackwardStep step = make_step(phase, item.local, member, tile, item.kb, s);
       step.dk = s.dk.data();
       step.dv = s.dv.data();
-      if (!p_.deterministic) {
-        const std::size_t index =
-            static_cast<std::size_t>((item.local * g_.group + member) * g_.q_tiles + tile);
-        const std::size_t floats = static_cast<std::size_t>(kBlockQ * g_.Dp);
+      const std::size_t index =
+          static_cast<std::size_t>((item.local * g_.group + member) * g_.q_tiles + tile);
+      const std::size_t floats = static_cast<std::size_t>(kBlockQ * g_.Dp);
+      DqGate gate{nullptr, item.kb};
+      if (p_.deterministic) {
+        gate.next = &next_kb_[index];
+        step.dq = shared_dq_.data() + index * floats;
+        step.dq_gate = &DqGate::pass;
+        step.dq_gate_arg = &gate;
+      } else {
         float* dq = partial_[thread].data() + index * floats;
         if (touched_[thread][index] == 0) {
           std::fill(dq, dq + floats, 0.0f);
