@@ -1,5 +1,7 @@
 // tileattn bench: GFLOP/s of the flash kernel and of the naive sgemm baseline in the same run,
-// their ratio, and the flash kernel's share of the measured FMA peak. Allocates only q, k, v and
+// their ratio, and the flash kernel's share of the measured FMA peak. With --backward: the
+// backward's GFLOP/s (credited 2.5x the forward's FLOPs) and its ratio to the forward's, both
+// measured in the same run. Allocates only q, k, v and
 // out (plus the baseline's buffers unless --no-baseline), so RSS stays near the tensors' size.
 #include <unistd.h>
 
@@ -30,6 +32,8 @@ struct BenchOptions {
   int warmup = 1;
   bool json = false;
   bool no_baseline = false;
+  bool backward = false;
+  bool deterministic = false;
   std::string baseline_threading = "heads";
   double peak_seconds = 0.3;
   double max_seconds = 120.0;  // per timed kernel
@@ -38,6 +42,7 @@ struct BenchOptions {
 struct BenchResult {
   double flops = 0.0;
   Timing flash;
+  std::optional<Timing> backward;
   std::optional<Timing> baseline;
   double baseline_rel_l2 = 0.0;  // ||flash - naive|| / ||naive||: a sanity check of both
   std::string isa;
@@ -75,7 +80,18 @@ void print_json(const BenchOptions& o, const BenchResult& r) {
      << ", \"window_right\": " << wr << ", \"softcap\": " << number(p.softcap)
      << ", \"seed\": " << p.seed << ", \"iters\": " << r.flash.runs << ", \"warmup\": " << o.warmup
      << ", \"flops\": " << number(r.flops) << ", \"flash_median_s\": " << number(r.flash.median_s)
-     << ", \"flash_gflops\": " << number(flash_gflops);
+     << ", \"flash_gflops\": " << number(flash_gflops) << ", \"dropout\": " << number(p.dropout);
+  if (r.backward) {
+    const double backward_gflops = gflops(2.5 * r.flops, r.backward->median_s);
+    os << ", \"backward_flops\": " << number(2.5 * r.flops)
+       << ", \"backward_median_s\": " << number(r.backward->median_s)
+       << ", \"backward_gflops\": " << number(backward_gflops)
+       << ", \"backward_forward_ratio\": " << number(backward_gflops / flash_gflops)
+       << ", \"deterministic\": " << (o.deterministic ? "true" : "false");
+  } else {
+    os << ", \"backward_flops\": null, \"backward_median_s\": null, \"backward_gflops\": null"
+          ", \"backward_forward_ratio\": null, \"deterministic\": null";
+  }
   if (r.baseline) {
     const double base_gflops = gflops(r.flops, r.baseline->median_s);
     os << ", \"baseline_blas_core\": \"" << openblas_core() << "\", \"baseline_threading\": \""
@@ -109,6 +125,13 @@ void print_text(const BenchOptions& o, const BenchResult& r) {
   if (r.peak.gflops > 0.0)
     std::printf("  (%.1f%% of FMA peak)", 100.0 * flash_gflops / r.peak.gflops);
   std::printf("\n");
+  if (r.backward) {
+    const double backward_gflops = gflops(2.5 * r.flops, r.backward->median_s);
+    std::printf("  backward       %10.3f ms  %9.2f GFLOP/s  (credited 2.5x the forward FLOPs%s)\n",
+                r.backward->median_s * 1e3, backward_gflops,
+                o.deterministic ? ", deterministic" : "");
+    std::printf("  backward / forward  %.2f  (GFLOP/s ratio)\n", backward_gflops / flash_gflops);
+  }
   if (r.baseline) {
     const double base_gflops = gflops(r.flops, r.baseline->median_s);
     std::printf("  naive sgemm    %10.3f ms  %9.2f GFLOP/s  (OpenBLAS %s, threading: %s)\n",
@@ -117,7 +140,7 @@ void print_text(const BenchOptions& o, const BenchResult& r) {
     std::printf("  flash / naive  %.2fx   (outputs agree to rel L2 %.1e)\n",
                 flash_gflops / base_gflops, r.baseline_rel_l2);
   } else {
-    std::printf("  naive sgemm    skipped (--no-baseline)\n");
+    std::printf("  naive sgemm    skipped (%s)\n", o.backward ? "--backward" : "--no-baseline");
   }
   if (r.peak.gflops > 0.0)
     std::printf("  f32 FMA peak   %9.2f GFLOP/s (%s, %d threads)\n", r.peak.gflops, r.peak.isa,
@@ -129,6 +152,11 @@ int bench(BenchOptions& o) {
   p.resolve_defaults();
   if (o.iters < 1) throw ToolError("--iters must be at least 1");
   if (o.warmup < 0) throw ToolError("--warmup must not be negative");
+  if (o.deterministic && !o.backward) throw ToolError("--deterministic needs --backward");
+  if (o.backward) {
+    p.with_lse = true;     // the backward's input
+    o.no_baseline = true;  // the naive baseline is a forward
+  }
   const Context ctx = p.context();
   BenchResult r;
   r.flops = p.flops();
@@ -153,6 +181,18 @@ int bench(BenchOptions& o) {
       },
       o.max_seconds);
   device.fetch(buffers);
+
+  if (o.backward) {
+    if (long_run) std::fprintf(stderr, "tileattn bench: timing the backward ...\n");
+    const Problem::BackwardBuffers grads = p.make_backward_buffers();
+    AttentionBackwardArgs backward_args;
+    static_cast<AttentionArgs&>(backward_args) = host_args;  // out and lse from the forward
+    grads.bind(backward_args);
+    backward_args.deterministic = o.deterministic;
+    r.backward = time_runs(
+        "tileattn bench: backward", o.warmup, o.iters,
+        [&] { attention_backward(backward_args, ctx); }, o.max_seconds);
+  }
 
   const double baseline_bytes = NaiveBaseline::bytes_needed(
       p.batch, p.heads, p.len_q, p.len_k, p.dim, p.dim_v, p.kv_heads, parse_dtype(p.dtype),
@@ -201,6 +241,11 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--warmup", o->warmup, "Untimed runs first")->capture_default_str();
   sub->add_flag("--json", o->json, "Print one JSON object instead of text (keys: docs/cli.md)");
+  sub->add_flag("--backward", o->backward,
+                "Also time the backward (dq, dk, dv; no naive baseline): GFLOP/s credited 2.5x "
+                "the forward's FLOPs, and the backward/forward ratio");
+  sub->add_flag("--deterministic", o->deterministic,
+                "With --backward: the deterministic backward (bitwise-identical gradients)");
   sub->add_flag("--no-baseline", o->no_baseline,
                 "Skip the naive baseline (it stores a Lq*Lk f32 score matrix per thread)");
   sub->add_option("--baseline-threading", o->baseline_threading,

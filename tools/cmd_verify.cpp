@@ -1,4 +1,6 @@
-// tileattn verify: one backend against the double-precision reference on random inputs.
+// tileattn verify: one backend against the double-precision reference on random inputs; with
+// --backward also the gradients dq, dk, dv (the backend's backward on its own forward's out and
+// lse, against the reference backward).
 // Tolerances on the relative L2 error: 1e-5 for f32; 1e-2 for f16/bf16 (a coarse CLI bound: the
 // test suite applies FlashAttention's stricter "2x a naive same-precision implementation" rule).
 #include <CLI/CLI.hpp>
@@ -17,6 +19,8 @@ namespace {
 struct VerifyOptions {
   Problem problem;
   double tolerance = 0.0;  // 0 = by dtype
+  bool backward = false;
+  bool deterministic = false;
 };
 
 double default_tolerance(DType dtype) {
@@ -35,6 +39,7 @@ int verify(VerifyOptions& o) {
   Problem& p = o.problem;
   p.resolve_defaults();
   p.with_lse = true;
+  if (o.deterministic && !o.backward) throw ToolError("--deterministic needs --backward");
   const Context ctx = p.context();
   // The cuda backend computes f32 storage with bf16 operands: bf16's tolerance.
   const DType tolerance_dtype =
@@ -66,10 +71,29 @@ int verify(VerifyOptions& o) {
   std::printf("  backend %s%s%s vs reference (double precision)\n", p.backend.c_str(),
               uses_isa ? ", cpu isa " : "",
               uses_isa ? to_string(detail::select_cpu_isa(ctx.cpu_isa)) : "");
-  const bool out_ok = report("out", compare(tested.out, reference.out), tolerance);
-  const bool lse_ok = report("lse", compare(tested.lse, reference.lse), tolerance);
-  std::printf("%s\n", out_ok && lse_ok ? "PASS" : "FAIL");
-  return out_ok && lse_ok ? 0 : 1;
+  bool ok = report("out", compare(tested.out, reference.out), tolerance);
+  ok = report("lse", compare(tested.lse, reference.lse), tolerance) && ok;
+
+  if (o.backward) {
+    // Both backwards take the tested forward's out and lse; the reference recomputes its
+    // probabilities in double precision and returns f32 gradients.
+    const Problem::BackwardBuffers tested_grads = p.make_backward_buffers();
+    const Problem::BackwardBuffers reference_grads = p.make_backward_buffers("f32");
+    AttentionBackwardArgs backward_args;
+    static_cast<AttentionArgs&>(backward_args) = p.args();
+    tested.bind(backward_args);  // host buffers (the forward may have run on device copies)
+    tested_grads.bind(backward_args);
+    backward_args.deterministic = o.deterministic;
+    attention_backward(backward_args, ctx);
+    reference_grads.bind(backward_args);
+    attention_backward(backward_args, ref_ctx);
+    std::printf("  backward%s vs reference backward\n", o.deterministic ? " (deterministic)" : "");
+    ok = report("dq", compare(tested_grads.dq, reference_grads.dq), tolerance) && ok;
+    ok = report("dk", compare(tested_grads.dk, reference_grads.dk), tolerance) && ok;
+    ok = report("dv", compare(tested_grads.dv, reference_grads.dv), tolerance) && ok;
+  }
+  std::printf("%s\n", ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
 }
 
 }  // namespace
@@ -83,8 +107,13 @@ Command add_verify_command(CLI::App& app) {
       "Check a backend against the reference on random inputs (exit 1 if over tolerance)");
   p.add_options(*sub);
   sub->add_option("--tolerance", o->tolerance,
-                  "Max rel L2 error of out and lse; 0 = 1e-5 for f32, 1e-2 for f16/bf16")
+                  "Max rel L2 error of out and lse (and dq, dk, dv); 0 = 1e-5 for f32, 1e-2 for "
+                  "f16/bf16")
       ->capture_default_str();
+  sub->add_flag("--backward", o->backward,
+                "Also check the backward: dq, dk, dv against the reference backward");
+  sub->add_flag("--deterministic", o->deterministic,
+                "With --backward: use the deterministic backward");
   return {sub, [o] { return verify(*o); }};
 }
 

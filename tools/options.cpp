@@ -153,6 +153,9 @@ void Problem::add_options(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 16))
       ->capture_default_str();
   app.add_option("--seed", seed, "Random seed; 0 = a fresh one (printed)");
+  app.add_option("--dropout", dropout,
+                 "Dropout probability in [0, 1) (Philox keyed by --seed, offset 0); 0 = off")
+      ->capture_default_str();
 }
 
 AttentionArgs Problem::args() const {
@@ -161,6 +164,8 @@ AttentionArgs Problem::args() const {
   parse_window(window, a.window_left, a.window_right);
   a.softcap = softcap;
   a.scale = scale;
+  a.dropout_p = dropout;
+  a.dropout_seed = seed;
   return a;
 }
 
@@ -188,6 +193,24 @@ AttentionBuffers Problem::make_buffers() const {
   return buf;
 }
 
+Problem::BackwardBuffers Problem::make_backward_buffers(const std::string& gradient_dtype) const {
+  const DType grad = parse_dtype(gradient_dtype.empty() ? dtype : gradient_dtype);
+  BackwardBuffers buf;
+  buf.dout = HostTensor(DType::f32, {batch, len_q, heads, dim_v});
+  fill_normal(buf.dout, seed + 3);
+  buf.dq = HostTensor(grad, {batch, len_q, heads, dim});
+  buf.dk = HostTensor(grad, {batch, len_k, kv_heads, dim});
+  buf.dv = HostTensor(grad, {batch, len_k, kv_heads, dim_v});
+  return buf;
+}
+
+void Problem::BackwardBuffers::bind(AttentionBackwardArgs& args) const {
+  args.dout = dout.view("dout");
+  args.dq = dq.view("dq");
+  args.dk = dk.view("dk");
+  args.dv = dv.view("dv");
+}
+
 double Problem::flops() const {
   double f = 2.0 * static_cast<double>(batch) * static_cast<double>(heads) *
              static_cast<double>(len_q) * static_cast<double>(len_k) *
@@ -203,6 +226,7 @@ std::string Problem::describe() const {
      << " causal=" << causal;
   if (window != "-1,-1") os << " window=" << window;
   if (softcap > 0.0f) os << " softcap=" << softcap;
+  if (dropout > 0.0f) os << " dropout=" << dropout;
   return os.str();
 }
 

@@ -40,6 +40,7 @@ struct Problem {
   std::string isa = "best";
   int threads = 0;
   std::uint64_t seed = 0;  // 0 = fresh
+  float dropout = 0.0f;    // dropout_p; the dropout seed is `seed`, the offset 0
   bool with_lse = false;
 
   // kv_heads, len_k, dim_v default to heads, len_q, dim when 0.
@@ -52,7 +53,15 @@ struct Problem {
   Context context() const;
   // q, k, v filled with N(0, 1) in `dtype`; out f32; lse when with_lse.
   AttentionBuffers make_buffers() const;
+  // The backward's extra buffers: dout ~ N(0, 1) in f32 (out's dtype), dq, dk, dv in `dtype`
+  // (`gradient_dtype` overrides, e.g. f32 gradients for the reference).
+  struct BackwardBuffers {
+    HostTensor dout, dq, dk, dv;
+    void bind(AttentionBackwardArgs& args) const;
+  };
+  BackwardBuffers make_backward_buffers(const std::string& gradient_dtype = "") const;
   // FLOPs credited to one forward call: 2·B·Hq·Lq·Lk·(D + Dv), halved for causal when Lq == Lk.
+  // A backward call is credited 2.5 times as many (its five products to the forward's two).
   double flops() const;
   std::string describe() const;  // one line: shape and options
 };

@@ -102,6 +102,31 @@ struct AttentionArgs {
   // Optional ALiBi slopes, f32 [Hq] or [B, Hq]: adds -slope * |pos(i) - j| (bottom-right pos)
   // to the scores.
   Tensor alibi_slopes;
+
+  // Dropout on the probabilities, 0 <= dropout_p < 1 (0 disables): element (b, h, i, j) is kept
+  // or dropped by a Philox4x32-10 counter-based generator keyed by (dropout_seed,
+  // dropout_offset, b, h, i, j), the same on every backend; kept probabilities are scaled by
+  // 1 / (1 - dropout_p). lse is not affected. docs/semantics.md gives the exact mapping; calls
+  // that should draw independent masks advance dropout_offset by at least B * Hq.
+  float dropout_p = 0.0f;
+  std::uint64_t dropout_seed = 0;
+  std::uint64_t dropout_offset = 0;
+};
+
+// The backward pass: the forward's arguments and options (every option must be the one the
+// forward used, dropout seed and offset included), with out and lse as inputs, plus:
+//   dout [B, Lq, Hq, Dv]   gradient of the loss w.r.t. out; f32 | f16 | bf16
+//   dq   [B, Lq, Hq, D]    outputs: gradients w.r.t. q, k, v; f32 | f16 | bf16 each, the shapes
+//   dk   [B, Lk, Hkv, D]   of q, k and v, non-overlapping with every input and with each other.
+//   dv   [B, Lk, Hkv, Dv]  GQA/MQA: dk and dv sum over the query heads that share a kv head.
+// lse (f32 [B, Hq, Lq], the forward's output) is required. Fully masked rows contribute nothing.
+struct AttentionBackwardArgs : AttentionArgs {
+  Tensor dout;
+  Tensor dq, dk, dv;
+  // Bitwise-identical gradients from run to run and for any thread count. On the CPU this costs
+  // a second pass for dq (about 40% more arithmetic, docs/semantics.md); without it dk and dv
+  // are still deterministic but dq's summation order follows the thread schedule.
+  bool deterministic = false;
 };
 
 enum class Backend : std::uint8_t {
@@ -130,6 +155,11 @@ struct Context {
 
 // Computes out (and lse when given). Throws tileattn::Error on invalid arguments (nothing written).
 void attention_forward(const AttentionArgs& args, const Context& ctx = {});
+
+// Computes dq, dk, dv (FlashAttention-2's algorithm: the probabilities are recomputed blockwise
+// from q, k and lse; no Lq x Lk buffer on the CPU). Throws tileattn::Error on invalid arguments
+// (nothing written); the cuda backend has no backward yet and throws.
+void attention_backward(const AttentionBackwardArgs& args, const Context& ctx = {});
 
 // What the library was built with and what this machine offers.
 struct BuildInfo {

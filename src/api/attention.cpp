@@ -3,6 +3,7 @@
 
 #include "api/validate.hpp"
 #include "common/threads.hpp"
+#include "cpu/flash_backward.hpp"
 #include "cpu/flash_forward.hpp"
 #include "reference/reference_forward.hpp"
 #include "tileattn/tileattn.hpp"
@@ -101,6 +102,9 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
 
   if (backend == Backend::cuda) {
 #if defined(TILEATTN_WITH_CUDA)
+    if (p.has_dropout())
+      throw Error("tileattn: argument 'dropout_p': dropout is not implemented yet on the cuda "
+                  "backend (the cpu and reference backends implement it)");
     if (p.device != Device::cuda)
       throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
     detail::cuda_flash_forward(p, ctx.cuda_stream);
@@ -118,6 +122,24 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
     detail::reference_forward(p, ctx.threads);
   else
     detail::cpu_flash_forward(p, ctx.threads, ctx.cpu_isa);
+}
+
+void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
+  const detail::AttnBackwardParams p = detail::validate_backward(args);
+  Backend backend = ctx.backend;
+  if (backend == Backend::automatic)
+    backend = p.device == Device::cuda ? Backend::cuda : Backend::cpu;
+  if (ctx.threads < 0) throw Error("tileattn: argument 'ctx.threads': must be >= 0 (0 = default)");
+  if (backend == Backend::cuda)
+    throw Error("tileattn: argument 'ctx.backend': attention_backward is not implemented yet on "
+                "the cuda backend (use the cpu or reference backend with host tensors)");
+  if (p.device != Device::cpu)
+    throw Error(std::string("tileattn: argument 'ctx.backend': the ") + to_string(backend) +
+                " backend needs host tensors");
+  if (backend == Backend::reference)
+    detail::reference_backward(p, ctx.threads);
+  else
+    detail::cpu_flash_backward(p, ctx.threads, ctx.cpu_isa);
 }
 
 BuildInfo build_info() {

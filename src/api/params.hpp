@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/philox.hpp"
 #include "tileattn/tileattn.hpp"
 
 namespace tileattn::detail {
@@ -51,6 +52,10 @@ struct AttnParams {
   const float* alibi_slopes = nullptr;  // f32, indexed b * alibi_stride_b + h * alibi_stride_h
   std::int64_t alibi_stride_b = 0, alibi_stride_h = 0;
 
+  DropoutParams dropout;  // threshold 0: no dropout
+
+  bool has_dropout() const noexcept { return dropout.threshold != 0; }
+
   bool has_window() const noexcept {
     return window_left != kUnbounded || window_right != kUnbounded;
   }
@@ -71,6 +76,22 @@ struct AttnParams {
   float alibi_slope(std::int64_t b, std::int64_t h) const noexcept {
     return alibi_slopes == nullptr ? 0.0f : alibi_slopes[b * alibi_stride_b + h * alibi_stride_h];
   }
+};
+
+// The backward pass: the forward's description (out and lse are inputs here) plus the incoming
+// gradient and the three gradient outputs. Built only by validate_backward().
+struct AttnBackwardParams : AttnParams {
+  const void* dout = nullptr;  // [B, Lq, Hq, Dv]
+  void* dq = nullptr;          // [B, Lq, Hq, D]
+  void* dk = nullptr;          // [B, Lk, Hkv, D]
+  void* dv = nullptr;          // [B, Lk, Hkv, Dv]
+  DType dout_dtype = DType::f32, dq_dtype = DType::f32, dk_dtype = DType::f32,
+        dv_dtype = DType::f32;
+  std::int64_t do_stride_b = 0, do_stride_l = 0, do_stride_h = 0;
+  std::int64_t dq_stride_b = 0, dq_stride_l = 0, dq_stride_h = 0;
+  std::int64_t dk_stride_b = 0, dk_stride_l = 0, dk_stride_h = 0;
+  std::int64_t dv_stride_b = 0, dv_stride_l = 0, dv_stride_h = 0;
+  bool deterministic = false;
 };
 
 // The keys visible to query row i (by causal/window/key length alone, before any mask):

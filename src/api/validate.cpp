@@ -5,6 +5,8 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tileattn::detail {
 namespace {
@@ -256,6 +258,84 @@ AttnParams validate_forward(const AttentionArgs& a) {
       fail("alibi_slopes", "overlaps out or lse");
     p.alibi_slopes = static_cast<const float*>(s.data);
   }
+
+  if (!(a.dropout_p >= 0.0f && a.dropout_p < 1.0f))
+    fail("dropout_p", "must be in [0, 1) (0 disables), got ", a.dropout_p);
+  if (a.dropout_p > 0.0f) {
+    // Drop iff the element's 32-bit Philox word < floor(p * 2^32) (docs/semantics.md).
+    p.dropout.threshold =
+        static_cast<std::uint32_t>(std::floor(static_cast<double>(a.dropout_p) * 4294967296.0));
+    p.dropout.keep_scale = 1.0f / (1.0f - a.dropout_p);
+    p.dropout.seed = a.dropout_seed;
+    p.dropout.offset = a.dropout_offset;
+    p.dropout.heads_q = Hq;
+  }
+  return p;
+}
+
+namespace {
+
+// dout, dq, dk, dv: a rank-4 float tensor shaped like `model` on q's device.
+void require_like(const char* name, const Tensor& t, const Tensor& model, const char* model_name,
+                  const char* layout, const Tensor& q) {
+  if (!t.present()) fail(name, "is required by attention_backward but has no data pointer");
+  require_rank(name, t, 4, layout);
+  if (!is_float_storage(t.dtype))
+    fail(name, "dtype must be f32, f16 or bf16, got ", to_string(t.dtype));
+  require_device(name, t, q);
+  for (int d = 0; d < 4; ++d)
+    if (t.shape[d] != model.shape[d])
+      fail(name, "shape ", shape_string(t), " must equal ", model_name, "'s ",
+           shape_string(model), " ", layout);
+  require_unit_inner_stride(name, t);
+}
+
+}  // namespace
+
+AttnBackwardParams validate_backward(const AttentionBackwardArgs& a) {
+  if (!a.lse.present())
+    fail("lse", "is required by attention_backward: the forward's log-sum-exp, f32 [B, Hq, Lq]");
+  AttnBackwardParams p;
+  static_cast<AttnParams&>(p) = validate_forward(a);
+  require_like("dout", a.dout, a.out, "out", "[B, Lq, Hq, Dv]", a.q);
+  require_like("dq", a.dq, a.q, "q", "[B, Lq, Hq, D]", a.q);
+  require_like("dk", a.dk, a.k, "k", "[B, Lk, Hkv, D]", a.q);
+  require_like("dv", a.dv, a.v, "v", "[B, Lk, Hkv, Dv]", a.q);
+
+  // The gradients must not overlap any input or each other.
+  std::vector<Span> inputs;
+  const std::pair<const char*, const Tensor*> read[] = {
+      {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}, {"lse", &a.lse},
+      {"dout", &a.dout}, {"mask", &a.mask}, {"key_lengths", &a.key_lengths},
+      {"alibi_slopes", &a.alibi_slopes}};
+  for (const auto& [name, t] : read)
+    if (t->present()) inputs.push_back(checked_span(name, *t));
+  const std::pair<const char*, const Tensor*> written[] = {{"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}};
+  std::vector<Span> outputs;
+  for (const auto& [name, t] : written) {
+    const Span span = checked_span(name, *t);
+    for (const Span& in : inputs)
+      if (span.overlaps(in))
+        fail(name, "overlaps an input (q, k, v, out, lse, dout, mask, key_lengths or "
+                   "alibi_slopes); gradients must be separate buffers");
+    for (const Span& other : outputs)
+      if (span.overlaps(other)) fail(name, "overlaps another gradient output (dq, dk or dv)");
+    outputs.push_back(span);
+  }
+
+  p.dout = a.dout.data;
+  p.dq = a.dq.data;
+  p.dk = a.dk.data;
+  p.dv = a.dv.data;
+  p.dout_dtype = a.dout.dtype;
+  p.dq_dtype = a.dq.dtype;
+  p.dk_dtype = a.dk.dtype;
+  p.dv_dtype = a.dv.dtype;
+  p.do_stride_b = a.dout.stride[0], p.do_stride_l = a.dout.stride[1], p.do_stride_h = a.dout.stride[2];
+  p.dq_stride_b = a.dq.stride[0], p.dq_stride_l = a.dq.stride[1], p.dq_stride_h = a.dq.stride[2];
+  p.dk_stride_b = a.dk.stride[0], p.dk_stride_l = a.dk.stride[1], p.dk_stride_h = a.dk.stride[2];
+  p.dv_stride_b = a.dv.stride[0], p.dv_stride_l = a.dv.stride[1], p.dv_stride_h = a.dv.stride[2];
+  p.deterministic = a.deterministic;
   return p;
 }
 

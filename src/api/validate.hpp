@@ -9,4 +9,7 @@ namespace tileattn::detail {
 // Throws tileattn::Error naming the offending argument; never touches the outputs.
 AttnParams validate_forward(const AttentionArgs& args);
 
+// The same for attention_backward: every forward check (lse required), then dout, dq, dk, dv.
+AttnBackwardParams validate_backward(const AttentionBackwardArgs& args);
+
 }  // namespace tileattn::detail

@@ -17,4 +17,13 @@ inline int resolve_threads(int requested) noexcept {
 #endif
 }
 
+// The calling thread's number within the innermost parallel region (0 outside one).
+inline int thread_index() noexcept {
+#if defined(_OPENMP)
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
 }  // namespace tileattn::detail

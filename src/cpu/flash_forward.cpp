@@ -12,13 +12,9 @@
 #include <limits>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-#include "common/float_convert.hpp"
 #include "common/threads.hpp"
 #include "cpu/kernels.hpp"
+#include "cpu/row_convert.hpp"
 #include "cpu/tile_config.hpp"
 
 namespace tileattn::detail {
@@ -41,12 +37,14 @@ Plan make_plan(const AttnParams& p, CpuIsa isa) {
   plan.family = KernelFamily::f32;
   switch (isa) {
     case CpuIsa::amx_bf16:
-      if (bf16) plan.family = KernelFamily::amx;
-      plan.kernel = bf16 ? cpu_tile_kernel_amx_bf16() : cpu_tile_kernel_avx512_bf16();
+      if (bf16 && !p.has_dropout()) plan.family = KernelFamily::amx;
+      plan.kernel = plan.family == KernelFamily::amx ? cpu_tile_kernel_amx_bf16()
+                                                     : cpu_tile_kernel_avx512_bf16();
       break;
     case CpuIsa::avx512_bf16:
-      if (bf16) plan.family = KernelFamily::bf16_dot;
-      plan.kernel = bf16 ? cpu_tile_kernel_avx512_bf16_dot() : cpu_tile_kernel_avx512_bf16();
+      if (bf16 && !p.has_dropout()) plan.family = KernelFamily::bf16_dot;
+      plan.kernel = plan.family == KernelFamily::bf16_dot ? cpu_tile_kernel_avx512_bf16_dot()
+                                                          : cpu_tile_kernel_avx512_bf16();
       break;
     case CpuIsa::avx512: plan.kernel = cpu_tile_kernel_avx512(); break;
     case CpuIsa::avx2: plan.kernel = cpu_tile_kernel_avx2(); break;
@@ -59,75 +57,6 @@ Plan make_plan(const AttnParams& p, CpuIsa isa) {
   plan.k_head_elems = plan.blocks * plan.geometry.k_block_elems;
   plan.v_head_elems = plan.blocks * plan.geometry.v_block_elems;
   return plan;
-}
-
-// f16 <-> f32 for whole rows. With F16C (every ISA level from avx2 up) the hardware converts
-// eight at a time; the portable level uses the scalar conversion.
-#if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const std::uint16_t* src, float* dst,
-                                                          std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i,
-                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-  for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
-}
-__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* src, std::uint16_t* dst,
-                                                          std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-  for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
-}
-#endif
-
-// Returns `count` contiguous elements of storage type `dtype` as f32: a pointer into the source
-// for f32, else converted into `buffer`.
-const float* row_as_f32(const void* base, DType dtype, std::int64_t offset, std::int64_t count,
-                        float* buffer, bool f16c) {
-  switch (dtype) {
-    case DType::f16: {
-      const auto* src = static_cast<const std::uint16_t*>(base) + offset;
-#if defined(__x86_64__)
-      if (f16c) {
-        f16_to_f32_f16c(src, buffer, count);
-        return buffer;
-      }
-#endif
-      for (std::int64_t i = 0; i < count; ++i) buffer[i] = f16_to_f32(src[i]);
-      return buffer;
-    }
-    case DType::bf16: {
-      const auto* src = static_cast<const std::uint16_t*>(base) + offset;
-      for (std::int64_t i = 0; i < count; ++i) buffer[i] = bf16_to_f32(src[i]);
-      return buffer;
-    }
-    default: return static_cast<const float*>(base) + offset;
-  }
-}
-
-void store_row(void* base, DType dtype, std::int64_t offset, std::int64_t count, const float* src,
-               bool f16c) {
-  switch (dtype) {
-    case DType::f16: {
-      auto* dst = static_cast<std::uint16_t*>(base) + offset;
-#if defined(__x86_64__)
-      if (f16c) {
-        f32_to_f16_f16c(src, dst, count);
-        break;
-      }
-#endif
-      for (std::int64_t i = 0; i < count; ++i) dst[i] = f32_to_f16(src[i]);
-      break;
-    }
-    case DType::bf16: {
-      auto* dst = static_cast<std::uint16_t*>(base) + offset;
-      for (std::int64_t i = 0; i < count; ++i) dst[i] = f32_to_bf16(src[i]);
-      break;
-    }
-    default: std::copy_n(src, count, static_cast<float*>(base) + offset); break;
-  }
 }
 
 const void* k_row(const AttnParams& p, std::int64_t b, std::int64_t key, std::int64_t kv_head) {
@@ -201,7 +130,7 @@ struct WorkItem {
 };
 
 struct ThreadScratch {
-  std::vector<float> q_f32, scores, out, row_max, row_sum, row_scale, lse, pack_block;
+  std::vector<float> q_f32, scores, keep, out, row_max, row_sum, row_scale, lse, pack_block;
   std::vector<const float*> pack_rows;
   std::vector<std::uint16_t> q_bf16, probs_bf16;
   std::vector<std::int64_t> key_first, key_last;
@@ -216,6 +145,7 @@ struct ThreadScratch {
       q_f32.resize(n(bq * p.dim));
     }
     scores.resize(n(bq * bk));
+    if (p.has_dropout()) keep.resize(n(bq * bk));
     out.resize(n(bq * plan.geometry.dim_v_padded));
     row_max.resize(n(bq));
     row_sum.resize(n(bq));
@@ -313,6 +243,13 @@ void run_tile(const AttnParams& p, const Plan& plan, const void* k_packed, const
       job.additive_mask = static_cast<const float*>(p.mask) + offset;
     job.mask_stride_q = p.mask_stride_q;
     job.mask_stride_k = p.mask_stride_k;
+  }
+  if (p.has_dropout()) {  // the plan uses the f32 family, which applies it
+    job.dropout = &p.dropout;
+    job.batch = b;
+    job.head = h;
+    job.row0 = w.row_begin;
+    job.keep = s.keep.data();
   }
   job.out = s.out.data();
   job.lse = s.lse.data();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "common/philox.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/simd.hpp"
 #include "cpu/tile_config.hpp"
@@ -15,6 +16,7 @@ namespace tileattn::detail::TILEATTN_ISA_NAMESPACE {
 namespace {
 
 #include "cpu/online_softmax.inl"
+#include "cpu/dropout_block.inl"
 
 constexpr std::int64_t kBlockQ = cpu_tile_config().block_q;
 constexpr std::int64_t kPanelK = cpu_tile_config().k_panel;
@@ -124,6 +126,11 @@ void attend_tile(const TileJob& job) {
   for (std::int64_t kb = job.block_begin; kb < job.block_end; ++kb) {
     scores_block(job, static_cast<const float*>(job.k_packed) + kb * job.dim * kBlockK);
     softmax_block(job, bounds, kb * kBlockK);
+    if (job.dropout != nullptr) {  // the sums above are taken before dropout
+      dropout_factors(*job.dropout, job.batch, job.head, job.row0, job.rows, kb * kBlockK,
+                      job.keep);
+      apply_factors(job.keep, job.rows, job.scores);
+    }
     accumulate_block(job, static_cast<const float*>(job.v_packed) + kb * kBlockK * dvp);
   }
   finish_tile(job);

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "common/philox.hpp"
+
 namespace tileattn::detail {
 
 // One query tile of one (batch, head): everything the compute kernel needs, precomputed.
@@ -41,6 +43,12 @@ struct TileJob {
   const std::uint8_t* bool_mask;  // true = attend
   const float* additive_mask;
   std::int64_t mask_stride_q, mask_stride_k;
+
+  // Dropout (f32 family only): nullptr when off; else the tile is rows row0.. of head
+  // (batch, head) and `keep` is [block_q][block_k] scratch for the keep factors.
+  const DropoutParams* dropout;
+  std::int64_t batch, head, row0;
+  float* keep;
 
   // Outputs: normalised rows and the natural-log denominator (-inf for a fully masked row).
   float* out;  // [rows][dim_v_padded]

@@ -35,6 +35,17 @@ constexpr CpuTileConfig cpu_tile_config(KernelFamily family = KernelFamily::f32)
   return {48, 64, 1, 16, 32, 64, 16ll << 20};
 }
 
+// The CPU flash backward (f32 kernels for every storage dtype): query tiles of block_q rows
+// against key blocks of block_k keys; the driver packs the Q side (Q, dO, lse, delta) and the
+// K side (K, V) of up to pack_budget_bytes of (batch, kv head) pairs at once.
+struct CpuBackwardConfig {
+  std::int64_t block_q, block_k;
+  std::int64_t d_align;  // D and Dv padded to a multiple of this in the row-major buffers
+  std::int64_t pack_budget_bytes;
+};
+
+constexpr CpuBackwardConfig cpu_backward_config() { return {48, 64, 16, 32ll << 20}; }
+
 // Sizes of the packed buffers, in elements of the family's packed type (f32 or bf16).
 struct PackedGeometry {
   std::int64_t dim_padded, dim_v_padded;

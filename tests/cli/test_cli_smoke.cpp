@@ -157,6 +157,67 @@ TEST(CliSmoke, BenchNoBaselineText) {
   EXPECT_NE(r.out.find("GFLOP/s"), std::string::npos) << r.out;
 }
 
+TEST(CliSmoke, VerifyBackward) {
+  TempDir dir;
+  for (const char* deterministic : {"", "--deterministic"}) {
+    std::vector<std::string> args = {"verify", "--backward", "--lq", "50", "--lk", "70", "--dim",
+                                     "24", "--kv-heads", "2", "--causal", "top-left", "--dropout",
+                                     "0.25"};
+    if (*deterministic) args.push_back(deterministic);
+    const CliResult r = run_cli(args, dir.path());
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    for (const char* line : {"dq ", "dk ", "dv ", "PASS"})
+      EXPECT_NE(r.out.find(line), std::string::npos) << r.out;
+  }
+}
+
+TEST(CliSmoke, VerifyBackwardFailsOverTolerance) {
+  TempDir dir;
+  const CliResult r = run_cli(
+      {"verify", "--backward", "--lq", "16", "--dim", "16", "--dtype", "f16", "--tolerance", "1e-30"},
+      dir.path());
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("FAIL"), std::string::npos) << r.out;
+}
+
+TEST(CliSmoke, BenchBackwardJson) {
+  TempDir dir;
+  const CliResult r =
+      run_cli({"bench", "--backward", "--heads", "2", "--lq", "64", "--dim", "32", "--iters", "1",
+               "--warmup", "0", "--peak-seconds", "0", "--json"},
+              dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::string> members;
+  ASSERT_TRUE(Json(r.out).parse_object(members)) << r.out;
+  EXPECT_EQ(members["flops"], "1.04858e+06");  // 2*1*2*64*64*(32+32)
+  EXPECT_EQ(members["backward_flops"], "2.62144e+06");  // 2.5x
+  EXPECT_EQ(members["deterministic"], "false");
+  EXPECT_EQ(members["baseline_gflops"], "null");
+  for (const char* key : {"backward_median_s", "backward_gflops", "backward_forward_ratio"}) {
+    ASSERT_TRUE(members.count(key)) << key << " missing: " << r.out;
+    EXPECT_GT(std::stod(members[key]), 0.0) << key;
+  }
+}
+
+TEST(CliSmoke, BenchBackwardText) {
+  TempDir dir;
+  const CliResult r = run_cli({"bench", "--backward", "--deterministic", "--heads", "2", "--lq",
+                               "40", "--dim", "16", "--iters", "1", "--warmup", "0",
+                               "--peak-seconds", "0"},
+                              dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("backward / forward"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("deterministic"), std::string::npos) << r.out;
+}
+
+TEST(CliSmoke, DeterministicNeedsBackward) {
+  TempDir dir;
+  EXPECT_NE(run_cli({"bench", "--deterministic", "--lq", "16", "--dim", "16"}, dir.path()).exit_code,
+            0);
+  EXPECT_NE(run_cli({"verify", "--deterministic", "--lq", "16", "--dim", "16"}, dir.path()).exit_code,
+            0);
+}
+
 TEST(CliSmoke, DemoSmallShape) {
   TempDir dir;
   const CliResult r = run_cli({"demo", "--heads", "4", "--kv-heads", "2", "--lq", "96", "--dim",

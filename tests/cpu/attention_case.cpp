@@ -85,6 +85,8 @@ Problem::Problem(const Case& cs, DType dt, Rng& rng)
       key_lengths.set(b, static_cast<float>(value));
     }
   }
+  dropout_seed = rng();
+  dropout_offset = rng() >> 1;
   if (c.alibi == Alibi::heads) {
     alibi = HostTensor::contiguous(DType::f32, {c.Hq});
     for (std::int64_t h = 0; h < c.Hq; ++h)
@@ -124,6 +126,9 @@ AttentionArgs Problem::args(const HostTensor& out, const HostTensor* lse) const 
   if (c.key_lengths != KeyLengths::none) a.key_lengths = key_lengths.view();
   a.softcap = c.softcap;
   if (c.alibi != Alibi::none) a.alibi_slopes = alibi.view();
+  a.dropout_p = c.dropout;
+  a.dropout_seed = dropout_seed;
+  a.dropout_offset = dropout_offset;
   return a;
 }
 

@@ -41,6 +41,7 @@ struct Case {
   bool lse = true;
   float scale = 0.0f;
   OutDType out = OutDType::same;
+  float dropout = 0.0f;  // dropout_p; seed and offset are drawn per run
   int threads = 2;
   bool large = false;  // lengths shrink with TILEATTN_TEST_SCALE
 };
@@ -67,6 +68,7 @@ struct Problem {
   DType dtype, out_dtype;
   std::int64_t Dv;
   HostTensor q, k, v, mask, key_lengths, alibi;
+  std::uint64_t dropout_seed = 0, dropout_offset = 0;
 };
 
 // Runs the case on the CPU backend capped at `isa`, with q/k/v stored as `dtype`, and checks it

@@ -356,6 +356,108 @@ LseStats compare_lse(const std::vector<float>& got, const std::vector<float>& re
 
 // ---- Naive same-precision attention -----------------------------------------------------------
 
+namespace {
+
+// 0 for a dropped element, 1 / (1 - p) for a kept one, 1 without dropout.
+float dropout_factor(const detail::AttnParams& p, std::int64_t b, std::int64_t h, std::int64_t i,
+                     std::int64_t j) {
+  if (!p.has_dropout()) return 1.0f;
+  return detail::dropout_keeps(p.dropout, b, h, i, j) ? p.dropout.keep_scale : 0.0f;
+}
+
+// One head's operands as f32 (the storage values).
+struct NaiveHead {
+  std::vector<float> q, k, v;
+};
+NaiveHead naive_head(const detail::AttnParams& p, std::int64_t b, std::int64_t h) {
+  const std::int64_t Lq = p.len_q, Lk = p.len_k, D = p.dim, Dv = p.dim_v;
+  const std::int64_t hk = h / p.heads_per_kv;
+  NaiveHead r{std::vector<float>(static_cast<std::size_t>(Lq * D)),
+              std::vector<float>(static_cast<std::size_t>(Lk * D)),
+              std::vector<float>(static_cast<std::size_t>(Lk * Dv))};
+  for (std::int64_t i = 0; i < Lq; ++i)
+    for (std::int64_t d = 0; d < D; ++d)
+      r.q[i * D + d] = detail::load_as_f32(
+          p.q, p.dtype, b * p.q_stride_b + i * p.q_stride_l + h * p.q_stride_h + d);
+  for (std::int64_t j = 0; j < Lk; ++j) {
+    for (std::int64_t d = 0; d < D; ++d)
+      r.k[j * D + d] = detail::load_as_f32(
+          p.k, p.dtype, b * p.k_stride_b + j * p.k_stride_l + hk * p.k_stride_h + d);
+    for (std::int64_t d = 0; d < Dv; ++d)
+      r.v[j * Dv + d] = detail::load_as_f32(
+          p.v, p.dtype, b * p.v_stride_b + j * p.v_stride_l + hk * p.v_stride_h + d);
+  }
+  return r;
+}
+
+}  // namespace
+
+NaiveGradients naive_attention_backward(const AttentionBackwardArgs& args) {
+  const detail::AttnBackwardParams p = detail::validate_backward(args);
+  const std::int64_t B = p.batch, Lq = p.len_q, Lk = p.len_k, Hq = p.heads_q, Hkv = p.heads_kv,
+                     D = p.dim, Dv = p.dim_v;
+  const DType st = p.dtype;
+  NaiveGradients r;
+  r.dq.assign(static_cast<std::size_t>(B * Lq * Hq * D), 0.0f);
+  r.dk.assign(static_cast<std::size_t>(B * Lk * Hkv * D), 0.0f);
+  r.dv.assign(static_cast<std::size_t>(B * Lk * Hkv * Dv), 0.0f);
+  std::vector<float> prob(static_cast<std::size_t>(Lk)), dprob(prob.size()),
+      dscore(prob.size()), dout(static_cast<std::size_t>(Dv));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < Hq; ++h) {
+      const std::int64_t hk = h / p.heads_per_kv;
+      const NaiveHead x = naive_head(p, b, h);
+      for (std::int64_t i = 0; i < Lq; ++i) {
+        for (std::int64_t d = 0; d < Dv; ++d)
+          dout[d] = round_to(st, detail::load_as_f32(p.dout, p.dout_dtype,
+                                                     b * p.do_stride_b + i * p.do_stride_l +
+                                                         h * p.do_stride_h + d));
+        // The forward's probabilities (rounded as in naive_attention) and the score derivative.
+        float row_max = -std::numeric_limits<float>::infinity();
+        for (std::int64_t j = 0; j < Lk; ++j) {
+          float dot = 0.0f;
+          for (std::int64_t d = 0; d < D; ++d) dot += x.q[i * D + d] * x.k[j * D + d];
+          dot = round_to(st, dot);
+          prob[j] = round_to(st, detail::modified_score<float>(p, b, h, i, j, dot));
+          row_max = std::max(row_max, prob[j]);
+          const float t = p.softcap > 0.0f ? std::tanh(p.scale * dot / p.softcap) : 0.0f;
+          dscore[j] = p.scale * (1.0f - t * t);
+        }
+        if (row_max == -std::numeric_limits<float>::infinity()) continue;  // fully masked
+        float sum = 0.0f;
+        for (std::int64_t j = 0; j < Lk; ++j) {
+          prob[j] = std::exp(prob[j] - row_max);
+          sum += prob[j];
+        }
+        float delta = 0.0f;
+        for (std::int64_t j = 0; j < Lk; ++j) {
+          prob[j] = round_to(st, prob[j] / sum);
+          const float keep = dropout_factor(p, b, h, i, j);
+          float dot = 0.0f;
+          for (std::int64_t d = 0; d < Dv; ++d) dot += dout[d] * x.v[j * Dv + d];
+          dprob[j] = round_to(st, round_to(st, dot) * keep);
+          delta += prob[j] * dprob[j];
+          float* dv = &r.dv[static_cast<std::size_t>(((b * Lk + j) * Hkv + hk) * Dv)];
+          const float kept = round_to(st, prob[j] * keep);
+          for (std::int64_t d = 0; d < Dv; ++d) dv[d] += kept * dout[d];
+        }
+        float* dq = &r.dq[static_cast<std::size_t>(((b * Lq + i) * Hq + h) * D)];
+        for (std::int64_t j = 0; j < Lk; ++j) {
+          const float g = round_to(st, prob[j] * (dprob[j] - delta) * dscore[j]);
+          float* dk = &r.dk[static_cast<std::size_t>(((b * Lk + j) * Hkv + hk) * D)];
+          for (std::int64_t d = 0; d < D; ++d) {
+            dq[d] += g * x.k[j * D + d];
+            dk[d] += g * x.q[i * D + d];
+          }
+        }
+      }
+    }
+  for (float& x : r.dq) x = round_to(p.dq_dtype, round_to(st, x));
+  for (float& x : r.dk) x = round_to(p.dk_dtype, round_to(st, x));
+  for (float& x : r.dv) x = round_to(p.dv_dtype, round_to(st, x));
+  return r;
+}
+
 NaiveResult naive_attention(const AttentionArgs& args) {
   const detail::AttnParams p = detail::validate_forward(args);
   const std::int64_t B = p.batch, Lq = p.len_q, Lk = p.len_k, Hq = p.heads_q, D = p.dim,
@@ -401,7 +503,7 @@ NaiveResult naive_attention(const AttentionArgs& args) {
         }
         std::fill(acc.begin(), acc.end(), 0.0f);
         for (std::int64_t j = 0; j < Lk; ++j) {
-          const float prob = round_to(st, s[j] / sum);
+          const float prob = round_to(st, s[j] / sum) * dropout_factor(p, b, h, i, j);
           for (std::int64_t d = 0; d < Dv; ++d) acc[d] += prob * v[j * Dv + d];
         }
         for (std::int64_t d = 0; d < Dv; ++d) out[d] = round_to(p.out_dtype, round_to(st, acc[d]));
@@ -431,7 +533,8 @@ std::string describe(const AttentionArgs& a) {
   shape("alibi_slopes", a.alibi_slopes);
   os << "scale " << a.scale << ", causal " << a.causal << " ("
      << (a.alignment == Alignment::bottom_right ? "bottom_right" : "top_left") << "), window ("
-     << a.window_left << ", " << a.window_right << "), softcap " << a.softcap;
+     << a.window_left << ", " << a.window_right << "), softcap " << a.softcap << ", dropout "
+     << a.dropout_p << " (seed " << a.dropout_seed << ", offset " << a.dropout_offset << ")";
   return os.str();
 }
 

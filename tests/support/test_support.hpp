@@ -136,6 +136,14 @@ struct NaiveResult {
 };
 NaiveResult naive_attention(const AttentionArgs& args);
 
+// The backward the same naive way (the error bar of the CPU backward for 16-bit storage): the
+// probabilities recomputed as naive_attention does, dO V^T, dS and every gradient rounded to the
+// storage dtype, accumulation in f32, delta = rowsum(P o dP). Logical BSHD order.
+struct NaiveGradients {
+  std::vector<float> dq, dk, dv;
+};
+NaiveGradients naive_attention_backward(const AttentionBackwardArgs& args);
+
 // Mentions names used in failure messages.
 std::string describe(const AttentionArgs& args);
 

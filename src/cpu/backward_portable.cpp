@@ -1,0 +1,4 @@
+// The CPU flash backward kernel compiled for one instruction set (flags set in src/CMakeLists.txt).
+#define TILEATTN_BACKWARD_GETTER cpu_backward_kernel_portable
+#define TILEATTN_ISA_NAMESPACE bwd_portable
+#include "cpu/backward_kernel.inl"

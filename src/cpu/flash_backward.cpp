@@ -1,0 +1,497 @@
+// The ISA-neutral driver of the CPU flash backward: threads, packing, dtype conversion, work
+// order and the dq reduction. The compute kernel (backward_kernel.inl) only sees BackwardStep.
+//
+// Work proceeds in phases of (batch, kv head) pairs whose packed buffers fit a budget. All
+// threads first pack the phase: the Q side per query tile (Q and dO in both orientations, lse
+// in log2 units and delta = rowsum(dO o O)) and the K side per key block (K in both
+// orientations, V transposed). Then each work item is one key block of one pair, run against
+// every query tile (of every query head of the group) that sees it; its thread owns the
+// block's dk and dv. Items are taken longest first so that causal work balances.
+//
+// dq: each thread adds into its own partial buffer of the phase's query tiles, and the partials
+// are summed in thread order afterwards. Deterministic mode: items are handed out in (pair, key
+// block) order and every query tile has one shared buffer that takes its key blocks'
+// contributions in increasing order (a gate in front of the dq product), so every sum has one
+// fixed order whatever the number of threads.
+#include "cpu/flash_backward.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "common/threads.hpp"
+#include "cpu/backward_kernels.hpp"
+#include "cpu/flash_forward.hpp"
+#include "cpu/row_convert.hpp"
+#include "cpu/tile_config.hpp"
+
+namespace tileattn::detail {
+namespace {
+
+constexpr CpuBackwardConfig kConfig = cpu_backward_config();
+constexpr std::int64_t kBlockQ = kConfig.block_q, kBlockK = kConfig.block_k;
+constexpr float kLog2e = 1.44269504088896340736f;
+
+BackwardKernel backward_kernel(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::amx_bf16:
+    case CpuIsa::avx512_bf16:
+    case CpuIsa::avx512: return cpu_backward_kernel_avx512();
+    case CpuIsa::avx2: return cpu_backward_kernel_avx2();
+    default: return cpu_backward_kernel_portable();
+  }
+}
+
+// Sizes (in floats) and offsets of the packed buffers.
+struct Layout {
+  std::int64_t D, Dv, Dp, Dvp, q_tiles, k_blocks, group;
+  std::int64_t q_tile_floats, k_block_floats;
+  std::int64_t pair_floats;  // every query tile of the group plus every key block
+  std::int64_t max_width;    // max(D, Dv)
+
+  explicit Layout(const AttnParams& p)
+      : D(p.dim),
+        Dv(p.dim_v),
+        Dp(round_up(p.dim, kConfig.d_align)),
+        Dvp(round_up(p.dim_v, kConfig.d_align)),
+        q_tiles((p.len_q + kBlockQ - 1) / kBlockQ),
+        k_blocks((p.len_k + kBlockK - 1) / kBlockK),
+        group(p.heads_per_kv) {
+    q_tile_floats = kBlockQ * (D + Dp + Dv + Dvp + 2);
+    k_block_floats = kBlockK * (D + Dp + Dv);
+    pair_floats = group * q_tiles * q_tile_floats + k_blocks * k_block_floats;
+    max_width = std::max(D, Dv);
+  }
+};
+
+struct QTile {
+  float *q_t, *q_rows, *dout_t, *dout_rows, *lse_log2, *delta;
+};
+QTile q_tile_at(const Layout& g, float* base) {
+  QTile t;
+  t.q_t = base;                                // [D][block_q]
+  t.q_rows = t.q_t + g.D * kBlockQ;            // [block_q][Dp]
+  t.dout_t = t.q_rows + kBlockQ * g.Dp;        // [Dv][block_q]
+  t.dout_rows = t.dout_t + g.Dv * kBlockQ;     // [block_q][Dvp]
+  t.lse_log2 = t.dout_rows + kBlockQ * g.Dvp;  // [block_q]
+  t.delta = t.lse_log2 + kBlockQ;              // [block_q]
+  return t;
+}
+
+struct KBlock {
+  float *k_t, *k_rows, *v_t;
+};
+KBlock k_block_at(const Layout& g, float* base) {
+  KBlock b;
+  b.k_t = base;                          // [D][block_k]
+  b.k_rows = b.k_t + g.D * kBlockK;      // [block_k][Dp]
+  b.v_t = b.k_rows + kBlockK * g.Dp;     // [Dv][block_k]
+  return b;
+}
+
+// Key ranges of one query tile (the same for every head of a batch entry).
+struct TileRange {
+  std::int64_t block_begin, block_end;  // key blocks seen by some row
+  std::int64_t max_first, min_last;     // intersection of the rows' ranges
+};
+
+// The deterministic mode's gate: key block kb adds to a dq tile only after the tile's previous
+// key block has (the blocks that see a tile are consecutive).
+struct DqGate {
+  std::atomic<std::int64_t>* next;
+  std::int64_t kb;
+
+  static void pass(void* arg, bool enter) {
+    auto* gate = static_cast<DqGate*>(arg);
+    if (!enter) {
+      gate->next->store(gate->kb + 1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; gate->next->load(std::memory_order_acquire) != gate->kb; ++spins)
+      if (spins > 64) std::this_thread::yield();  // the owner of the previous block may be descheduled
+  }
+};
+
+struct Scratch {
+  std::vector<float> probs, dprobs, dropped, softcap_grad, dk, dv, dq, rows, out_row;
+  std::vector<const float*> row_ptrs;
+  explicit Scratch(const Layout& g) {
+    const auto n = [](std::int64_t x) { return static_cast<std::size_t>(x); };
+    for (auto* v : {&probs, &dprobs, &dropped, &softcap_grad}) v->assign(n(kBlockQ * kBlockK), 0.0f);
+    dk.resize(n(kBlockK * g.Dp));
+    dv.resize(n(kBlockK * g.Dvp));
+    dq.resize(n(kBlockQ * g.Dp));
+    rows.resize(n(3 * g.max_width));
+    out_row.resize(n(std::max(g.Dp, g.Dvp)));
+  }
+};
+
+class Backward {
+ public:
+  struct Item {  // one key block of one pair of the phase; cost = query tiles that see it
+    std::int64_t local, kb, cost;
+  };
+
+  Backward(const AttnBackwardParams& p, int threads, CpuIsa isa)
+      : p_(p),
+        g_(p),
+        kernel_(backward_kernel(isa)),
+        f16c_(isa != CpuIsa::portable),
+        threads_(resolve_threads(threads)) {
+    const std::int64_t pairs = p.batch * p.heads_kv;
+    const std::int64_t pair_bytes = std::max<std::int64_t>(1, g_.pair_floats * 4);
+    pairs_per_phase_ = std::clamp<std::int64_t>(kConfig.pack_budget_bytes / pair_bytes, 1,
+                                                std::max<std::int64_t>(pairs, 1));
+    packed_.resize(static_cast<std::size_t>(pairs_per_phase_ * g_.pair_floats));
+    first_.resize(static_cast<std::size_t>(pairs_per_phase_ * g_.q_tiles * kBlockQ));
+    last_.resize(first_.size());
+    ranges_.resize(static_cast<std::size_t>(pairs_per_phase_ * g_.q_tiles));
+    if (p.deterministic) {
+      next_kb_.reset(new std::atomic<std::int64_t>[static_cast<std::size_t>(
+          std::max<std::int64_t>(1, pairs_per_phase_ * g_.group * g_.q_tiles))]);
+    } else {
+      partial_.resize(static_cast<std::size_t>(threads_));
+      touched_.resize(static_cast<std::size_t>(threads_));
+    }
+  }
+
+  void run() {
+    const std::int64_t pairs = p_.batch * p_.heads_kv;
+#pragma omp parallel num_threads(threads_)
+    {
+      Scratch scratch(g_);
+      for (std::int64_t phase = 0; phase < pairs; phase += pairs_per_phase_) {
+        const std::int64_t count = std::min(pairs_per_phase_, pairs - phase);
+        run_phase(phase, count, scratch);
+      }
+    }
+  }
+
+ private:
+  std::int64_t batch_of(std::int64_t pair) const { return pair / p_.heads_kv; }
+  float* pair_base(std::int64_t local) const {
+    return const_cast<float*>(packed_.data()) + local * g_.pair_floats;
+  }
+  float* q_tile_base(std::int64_t local, std::int64_t member, std::int64_t tile) const {
+    return pair_base(local) + (member * g_.q_tiles + tile) * g_.q_tile_floats;
+  }
+  float* k_block_base(std::int64_t local, std::int64_t kb) const {
+    return pair_base(local) + g_.group * g_.q_tiles * g_.q_tile_floats + kb * g_.k_block_floats;
+  }
+  std::int64_t tile_rows(std::int64_t tile) const {
+    return std::min(kBlockQ, p_.len_q - tile * kBlockQ);
+  }
+
+  // Called by every thread of the parallel region.
+  void run_phase(std::int64_t phase, std::int64_t count, Scratch& s) {
+    const std::int64_t q_items = count * g_.group * g_.q_tiles;
+#pragma omp for schedule(static) nowait
+    for (std::int64_t item = 0; item < count * g_.q_tiles; ++item)
+      tile_ranges(phase, item / g_.q_tiles, item % g_.q_tiles);
+#pragma omp for schedule(static) nowait
+    for (std::int64_t item = 0; item < q_items; ++item)
+      pack_q_tile(phase, item / (g_.group * g_.q_tiles), item / g_.q_tiles % g_.group,
+                  item % g_.q_tiles, s);
+#pragma omp for schedule(static)
+    for (std::int64_t item = 0; item < count * g_.k_blocks; ++item)
+      pack_k_block(phase, item / g_.k_blocks, item % g_.k_blocks, s);
+
+#pragma omp single
+    {
+      work_.clear();
+      for (std::int64_t local = 0; local < count; ++local)
+        for (std::int64_t kb = 0; kb < g_.k_blocks; ++kb) {
+          std::int64_t cost = 0;
+          for (std::int64_t t = 0; t < g_.q_tiles; ++t) cost += sees(local, t, kb) ? 1 : 0;
+          work_.push_back({local, kb, cost});
+        }
+      const auto tiles = static_cast<std::size_t>(q_items);
+      if (p_.deterministic) {
+        // Items in (pair, key block) order; each dq tile takes its key blocks' contributions in
+        // that order (next_kb_ gates the dq product), so dq's summation order is fixed.
+        shared_dq_.assign(tiles * static_cast<std::size_t>(kBlockQ * g_.Dp), 0.0f);
+        for (std::size_t t = 0; t < tiles; ++t) {
+          const std::int64_t local = static_cast<std::int64_t>(t) / (g_.group * g_.q_tiles);
+          const std::int64_t tile = static_cast<std::int64_t>(t) % g_.q_tiles;
+          next_kb_[t].store(ranges_[static_cast<std::size_t>(local * g_.q_tiles + tile)].block_begin,
+                            std::memory_order_relaxed);
+        }
+        next_item_.store(0, std::memory_order_relaxed);
+      } else {
+        // Longest first, so that causal work balances between threads.
+        std::stable_sort(work_.begin(), work_.end(),
+                         [](const Item& a, const Item& b) { return a.cost > b.cost; });
+        for (std::size_t t = 0; t < partial_.size(); ++t) {
+          partial_[t].resize(tiles * static_cast<std::size_t>(kBlockQ * g_.Dp));
+          touched_[t].assign(tiles, 0);
+        }
+      }
+    }
+    if (p_.deterministic) {
+      // Items are handed out strictly in order: a thread waiting at a dq gate waits only for
+      // key blocks already taken by running threads, so the waits always end.
+      for (std::size_t w; (w = next_item_.fetch_add(1, std::memory_order_relaxed)) < work_.size();)
+        key_block(phase, work_[w], s);
+#pragma omp barrier
+    } else {
+#pragma omp for schedule(dynamic, 1)
+      for (std::size_t w = 0; w < work_.size(); ++w) key_block(phase, work_[w], s);
+    }
+
+    // dq: the ordered shared accumulators, or the sum of the per-thread partials.
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t item = 0; item < q_items; ++item) {
+      const std::int64_t local = item / (g_.group * g_.q_tiles);
+      const std::int64_t member = item / g_.q_tiles % g_.group, tile = item % g_.q_tiles;
+      if (p_.deterministic)
+        store_dq(phase, local, member, tile,
+                 shared_dq_.data() + item * kBlockQ * g_.Dp, s);
+      else
+        reduce_dq_tile(phase, local, member, tile, s);
+    }
+  }
+
+  bool sees(std::int64_t local, std::int64_t tile, std::int64_t kb) const {
+    const TileRange& r = ranges_[static_cast<std::size_t>(local * g_.q_tiles + tile)];
+    return kb >= r.block_begin && kb < r.block_end;
+  }
+
+  void tile_ranges(std::int64_t phase, std::int64_t local, std::int64_t tile) {
+    const std::int64_t b = batch_of(phase + local);
+    TileRange range{0, 0, 0, std::numeric_limits<std::int64_t>::max()};
+    std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = 0;
+    std::int64_t* first = &first_[static_cast<std::size_t>((local * g_.q_tiles + tile) * kBlockQ)];
+    std::int64_t* last = &last_[static_cast<std::size_t>((local * g_.q_tiles + tile) * kBlockQ)];
+    for (std::int64_t r = 0; r < tile_rows(tile); ++r) {
+      const KeyRange keys = visible_keys(p_, b, tile * kBlockQ + r);
+      first[r] = keys.first;
+      last[r] = keys.last;
+      range.max_first = std::max(range.max_first, keys.first);
+      range.min_last = std::min(range.min_last, keys.last);
+      if (keys.first < keys.last) {
+        lo = std::min(lo, keys.first);
+        hi = std::max(hi, keys.last);
+      }
+    }
+    if (hi > 0) {
+      range.block_begin = lo / kBlockK;
+      range.block_end = (hi + kBlockK - 1) / kBlockK;
+    }
+    ranges_[static_cast<std::size_t>(local * g_.q_tiles + tile)] = range;
+  }
+
+  void pack_q_tile(std::int64_t phase, std::int64_t local, std::int64_t member, std::int64_t tile,
+                   Scratch& s) {
+    const std::int64_t pair = phase + local, b = batch_of(pair);
+    const std::int64_t h = pair % p_.heads_kv * g_.group + member;
+    const QTile t = q_tile_at(g_, q_tile_base(local, member, tile));
+    const std::int64_t D = g_.D, Dv = g_.Dv;
+    float* buffer = s.rows.data();
+    for (std::int64_t r = 0; r < kBlockQ; ++r) {
+      const std::int64_t i = tile * kBlockQ + r;
+      float* q_row = t.q_rows + r * g_.Dp;
+      float* do_row = t.dout_rows + r * g_.Dvp;
+      std::fill(q_row, q_row + g_.Dp, 0.0f);
+      std::fill(do_row, do_row + g_.Dvp, 0.0f);
+      t.lse_log2[r] = std::numeric_limits<float>::infinity();  // P = 0 on padding rows
+      t.delta[r] = 0.0f;
+      if (i < p_.len_q) {
+        std::copy_n(row_as_f32(p_.q, p_.dtype,
+                               b * p_.q_stride_b + i * p_.q_stride_l + h * p_.q_stride_h, D,
+                               buffer, f16c_),
+                    D, q_row);
+        std::copy_n(row_as_f32(p_.dout, p_.dout_dtype,
+                               b * p_.do_stride_b + i * p_.do_stride_l + h * p_.do_stride_h, Dv,
+                               buffer, f16c_),
+                    Dv, do_row);
+        const float* out = row_as_f32(p_.out, p_.out_dtype,
+                                      b * p_.o_stride_b + i * p_.o_stride_l + h * p_.o_stride_h,
+                                      Dv, buffer, f16c_);
+        float delta = 0.0f;
+        for (std::int64_t d = 0; d < Dv; ++d) delta += do_row[d] * out[d];
+        t.delta[r] = delta;
+        const float lse = p_.lse[b * p_.lse_stride_b + h * p_.lse_stride_h + i * p_.lse_stride_l];
+        if (lse != -std::numeric_limits<float>::infinity()) t.lse_log2[r] = lse * kLog2e;
+      }
+      for (std::int64_t d = 0; d < D; ++d) t.q_t[d * kBlockQ + r] = q_row[d];
+      for (std::int64_t d = 0; d < Dv; ++d) t.dout_t[d * kBlockQ + r] = do_row[d];
+    }
+  }
+
+  void pack_k_block(std::int64_t phase, std::int64_t local, std::int64_t kb, Scratch& s) {
+    const std::int64_t pair = phase + local, b = batch_of(pair), kv = pair % p_.heads_kv;
+    const KBlock k = k_block_at(g_, k_block_base(local, kb));
+    const std::int64_t D = g_.D, Dv = g_.Dv;
+    float* buffer = s.rows.data();
+    for (std::int64_t c = 0; c < kBlockK; ++c) {
+      const std::int64_t j = kb * kBlockK + c;
+      float* k_row = k.k_rows + c * g_.Dp;
+      std::fill(k_row, k_row + g_.Dp, 0.0f);
+      const float* v_row = nullptr;
+      if (j < p_.len_k) {
+        std::copy_n(row_as_f32(p_.k, p_.dtype,
+                               b * p_.k_stride_b + j * p_.k_stride_l + kv * p_.k_stride_h, D,
+                               buffer, f16c_),
+                    D, k_row);
+        v_row = row_as_f32(p_.v, p_.dtype,
+                           b * p_.v_stride_b + j * p_.v_stride_l + kv * p_.v_stride_h, Dv,
+                           buffer + g_.max_width, f16c_);
+      }
+      for (std::int64_t d = 0; d < D; ++d) k.k_t[d * kBlockK + c] = k_row[d];
+      for (std::int64_t d = 0; d < Dv; ++d) k.v_t[d * kBlockK + c] = v_row ? v_row[d] : 0.0f;
+    }
+  }
+
+  BackwardStep make_step(std::int64_t phase, std::int64_t local, std::int64_t member,
+                         std::int64_t tile, std::int64_t kb, Scratch& s) const {
+    const std::int64_t pair = phase + local, b = batch_of(pair);
+    const std::int64_t h = pair % p_.heads_kv * g_.group + member;
+    const std::int64_t row0 = tile * kBlockQ;
+    const QTile t = q_tile_at(g_, q_tile_base(local, member, tile));
+    const KBlock k = k_block_at(g_, k_block_base(local, kb));
+    const TileRange& range = ranges_[static_cast<std::size_t>(local * g_.q_tiles + tile)];
+    BackwardStep step{};
+    step.rows = tile_rows(tile);
+    step.dim = g_.D, step.dim_v = g_.Dv, step.dim_padded = g_.Dp, step.dim_v_padded = g_.Dvp;
+    step.q_t = t.q_t, step.q_rows = t.q_rows, step.dout_t = t.dout_t;
+    step.dout_rows = t.dout_rows, step.lse_log2 = t.lse_log2, step.delta = t.delta;
+    step.k_t = k.k_t, step.k_rows = k.k_rows, step.v_t = k.v_t;
+    step.key0 = kb * kBlockK;
+    step.interior = step.key0 >= range.max_first && step.key0 + kBlockK <= range.min_last;
+
+    TileJob& m = step.mods;
+    m.rows = step.rows;
+    const std::size_t rows_at = static_cast<std::size_t>((local * g_.q_tiles + tile) * kBlockQ);
+    m.key_first = &first_[rows_at];
+    m.key_last = &last_[rows_at];
+    m.scale = p_.scale;
+    m.scale_log2 = p_.scale * kLog2e;
+    m.softcap = p_.softcap;
+    m.alibi_slope = p_.alibi_slope(b, h);
+    m.alibi_pos0 = row0 + p_.key_length(b) - p_.len_q;
+    if (p_.mask != nullptr) {
+      const std::int64_t offset = b * p_.mask_stride_b + h * p_.mask_stride_h + row0 * p_.mask_stride_q;
+      if (p_.mask_dtype == DType::boolean)
+        m.bool_mask = static_cast<const std::uint8_t*>(p_.mask) + offset;
+      else
+        m.additive_mask = static_cast<const float*>(p_.mask) + offset;
+      m.mask_stride_q = p_.mask_stride_q;
+      m.mask_stride_k = p_.mask_stride_k;
+    }
+    if (p_.has_dropout()) {
+      m.dropout = &p_.dropout;
+      m.batch = b, m.head = h, m.row0 = row0;
+    }
+    step.probs = s.probs.data();
+    step.dprobs = s.dprobs.data();
+    step.dropped = s.dropped.data();
+    step.softcap_grad = s.softcap_grad.data();
+    return step;
+  }
+
+  // scale * acc rows, converted into a strided tensor.
+  void store_rows(void* base, DType dtype, std::int64_t offset0, std::int64_t row_stride,
+                  std::int64_t rows, std::int64_t cols, const float* acc, std::int64_t ld,
+                  float scale, Scratch& s) const {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c) s.out_row[c] = scale * acc[r * ld + c];
+      store_row(base, dtype, offset0 + r * row_stride, cols, s.out_row.data(), f16c_);
+    }
+  }
+
+  // One key block of one pair against every query tile that sees it: dk and dv of the block,
+  // and (unless deterministic) dq contributions into this thread's partial buffer.
+  void key_block(std::int64_t phase, const Item& item, Scratch& s);
+
+  void reduce_dq_tile(std::int64_t phase, std::int64_t local, std::int64_t member,
+                      std::int64_t tile, Scratch& s) const {
+    const std::size_t index = static_cast<std::size_t>((local * g_.group + member) * g_.q_tiles + tile);
+    const std::size_t floats = static_cast<std::size_t>(kBlockQ * g_.Dp);
+    std::fill(s.dq.begin(), s.dq.end(), 0.0f);
+    for (std::size_t t = 0; t < partial_.size(); ++t) {  // thread order
+      if (touched_[t][index] == 0) continue;
+      const float* src = partial_[t].data() + index * floats;
+      for (std::size_t n = 0; n < floats; ++n) s.dq[n] += src[n];
+    }
+    store_dq(phase, local, member, tile, s.dq.data(), s);
+  }
+
+  void store_dq(std::int64_t phase, std::int64_t local, std::int64_t member, std::int64_t tile,
+                const float* acc, Scratch& s) const {
+    const std::int64_t pair = phase + local, b = batch_of(pair);
+    const std::int64_t h = pair % p_.heads_kv * g_.group + member;
+    store_rows(p_.dq, p_.dq_dtype,
+               b * p_.dq_stride_b + tile * kBlockQ * p_.dq_stride_l + h * p_.dq_stride_h,
+               p_.dq_stride_l, tile_rows(tile), g_.D, acc, g_.Dp, p_.scale, s);
+  }
+
+  const AttnBackwardParams& p_;
+  const Layout g_;
+  const BackwardKernel kernel_;
+  const bool f16c_;
+  const int threads_;
+  std::int64_t pairs_per_phase_ = 1;
+  std::vector<float> packed_;
+  std::vector<std::int64_t> first_, last_;  // per packed query row: its visible keys
+  std::vector<TileRange> ranges_;           // per (pair, query tile)
+  std::vector<Item> work_;
+  // Deterministic mode: dq of every query tile of the phase, and per tile the key block whose
+  // contribution is due next; items are handed out by next_item_.
+  std::vector<float> shared_dq_;
+  std::unique_ptr<std::atomic<std::int64_t>[]> next_kb_;
+  std::atomic<std::size_t> next_item_{0};
+  // Otherwise: per thread, dq partials of every query tile of the phase and whether the thread
+  // has written (and so zeroed) each.
+  std::vector<std::vector<float>> partial_;
+  std::vector<std::vector<std::uint8_t>> touched_;
+};
+
+void Backward::key_block(std::int64_t phase, const Item& item, Scratch& s) {
+  std::fill(s.dk.begin(), s.dk.end(), 0.0f);
+  std::fill(s.dv.begin(), s.dv.end(), 0.0f);
+  const auto thread = static_cast<std::size_t>(thread_index());
+  for (std::int64_t member = 0; member < g_.group; ++member)
+    for (std::int64_t tile = 0; tile < g_.q_tiles; ++tile) {
+      if (!sees(item.local, tile, item.kb)) continue;
+      BackwardStep step = make_step(phase, item.local, member, tile, item.kb, s);
+      step.dk = s.dk.data();
+      step.dv = s.dv.data();
+      const std::size_t index =
+          static_cast<std::size_t>((item.local * g_.group + member) * g_.q_tiles + tile);
+      const std::size_t floats = static_cast<std::size_t>(kBlockQ * g_.Dp);
+      DqGate gate{nullptr, item.kb};
+      if (p_.deterministic) {
+        gate.next = &next_kb_[index];
+        step.dq = shared_dq_.data() + index * floats;
+        step.dq_gate = &DqGate::pass;
+        step.dq_gate_arg = &gate;
+      } else {
+        float* dq = partial_[thread].data() + index * floats;
+        if (touched_[thread][index] == 0) {
+          std::fill(dq, dq + floats, 0.0f);
+          touched_[thread][index] = 1;
+        }
+        step.dq = dq;
+      }
+      kernel_(step);
+    }
+  const std::int64_t pair = phase + item.local, b = batch_of(pair), kv = pair % p_.heads_kv;
+  const std::int64_t key0 = item.kb * kBlockK;
+  const std::int64_t keys = std::min(kBlockK, p_.len_k - key0);
+  store_rows(p_.dk, p_.dk_dtype, b * p_.dk_stride_b + key0 * p_.dk_stride_l + kv * p_.dk_stride_h,
+             p_.dk_stride_l, keys, g_.D, s.dk.data(), g_.Dp, p_.scale, s);
+  store_rows(p_.dv, p_.dv_dtype, b * p_.dv_stride_b + key0 * p_.dv_stride_l + kv * p_.dv_stride_h,
+             p_.dv_stride_l, keys, g_.Dv, s.dv.data(), g_.Dvp, 1.0f, s);
+}
+
+}  // namespace
+
+void cpu_flash_backward(const AttnBackwardParams& p, int threads, CpuIsa isa_cap) {
+  Backward(p, threads, select_cpu_isa(isa_cap)).run();
+}
+
+}  // namespace tileattn::detail
