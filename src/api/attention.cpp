@@ -102,9 +102,6 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
 
   if (backend == Backend::cuda) {
 #if defined(TILEATTN_WITH_CUDA)
-    if (p.has_dropout())
-      throw Error("tileattn: argument 'dropout_p': dropout is not implemented yet on the cuda "
-                  "backend (the cpu and reference backends implement it)");
     if (p.device != Device::cuda)
       throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
     detail::cuda_flash_forward(p, ctx.cuda_stream);

@@ -92,6 +92,10 @@ FlashFwdParams make_params(const AttnParams& p, int block_m) {
   k.mask_stride_q = p.mask_stride_q, k.mask_stride_k = p.mask_stride_k;
   k.alibi_slopes = p.alibi_slopes;
   k.alibi_stride_b = p.alibi_stride_b, k.alibi_stride_h = p.alibi_stride_h;
+  k.dropout_seed = p.dropout.seed;
+  k.dropout_offset = p.dropout.offset;
+  k.dropout_threshold = p.dropout.threshold;
+  k.dropout_keep_scale = p.dropout.keep_scale;
   return k;
 }
 
@@ -194,7 +198,8 @@ void cuda_flash_forward(const AttnParams& p, void* stream) {
         "tileattn: argument 'q': the CUDA backend supports sequence lengths and "
         "batch x heads x query blocks below 2^31");
 
-  const bool general = p.mask != nullptr || p.softcap > 0.0f || p.alibi_slopes != nullptr;
+  const bool general =
+      p.mask != nullptr || p.softcap > 0.0f || p.alibi_slopes != nullptr || p.has_dropout();
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   DeviceGuard guard(p.device_index);
   cudaError_t status = try_sm90(p, general, cuda_stream);

@@ -37,6 +37,20 @@ std::vector<Case> all_cases() {
     c.Lq = 65, c.Lk = 130, c.Hq = 4, c.Hkv = 2, c.D = 128, c.softcap = 2.0f, c.alibi = Alibi::heads;
   });
 
+  add("Small_dropout", [](Case& c) {
+    c.B = 2, c.Lq = 70, c.Lk = 90, c.Hq = 4, c.Hkv = 2, c.D = 64, c.dropout = 0.3f;
+  });
+  // Dropout: the same Philox decisions as the reference (a different mask fails the tolerance).
+  add("dropout_causal_long", [](Case& c) {
+    c.Lq = 300, c.Lk = 300, c.D = 128, c.causal = true, c.dropout = 0.5f;
+  });
+  add("dropout_everything", [](Case& c) {
+    c.B = 2, c.Lq = 77, c.Lk = 190, c.Hq = 4, c.Hkv = 2, c.D = 96, c.causal = true;
+    c.window_left = 50, c.mask = MaskKind::bool_batch, c.key_lengths = KeyLengths::i32;
+    c.softcap = 8.0f, c.alibi = Alibi::heads, c.dropout = 0.6f;
+  });
+  add("dropout_d256", [](Case& c) { c.Lq = 130, c.Lk = 260, c.D = 256, c.dropout = 0.1f; });
+
   // Plain attention; lengths and head dims that are multiples of nothing.
   add("plain_no_lse", [](Case& c) { c.Lq = c.Lk = 65, c.D = 64, c.lse = false; });
   add("single_query", [](Case& c) { c.Lq = 1, c.Lk = 300, c.D = 128; });

@@ -2,10 +2,12 @@
 // ALiBi is present): one raw score Q_i . K_j becomes its base-2 logit, or -inf where the key is
 // not visible. Same order of operations as src/api/score_mods.hpp: scale, softcap, ALiBi bias,
 // additive mask; a false boolean mask entry or a key outside [first, last) hides the key.
+// Dropout (apply_dropout_pair) acts on the probabilities after the softmax.
 #pragma once
 
 #include <cstdint>
 
+#include "common/philox.hpp"
 #include "cuda/sm80/flash_fwd_params.hpp"
 
 namespace tileattn::cuda {
@@ -45,6 +47,23 @@ __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
   const int distance = r.distance0 - j;
   score -= r.slope * static_cast<float>(distance < 0 ? -distance : distance);
   return (score + mask_add) * kLog2e;
+}
+
+// Dropout of one lane's probabilities in an m16n8 C fragment row: keys j0 and j0 + 1 (j0 even,
+// so both lie in the same group of four keys that one Philox call decides). Kept values are
+// scaled by keep_scale, dropped ones become 0; the running sum has already taken them undropped.
+__device__ __forceinline__ void apply_dropout_pair(const FlashFwdParams& p, int b, int h, int i,
+                                                   int j0, float& x0, float& x1) {
+  detail::DropoutParams d;
+  d.seed = p.dropout_seed;
+  d.offset = p.dropout_offset;
+  d.threshold = p.dropout_threshold;
+  d.keep_scale = p.dropout_keep_scale;
+  d.heads_q = p.heads_q;
+  const detail::Philox4x32 words = detail::dropout_words(d, b, h, i, j0 >> 2);
+  const int n = j0 & 3;  // 0 or 2
+  x0 = words.v[n] >= d.threshold ? x0 * d.keep_scale : 0.0f;
+  x1 = words.v[n + 1] >= d.threshold ? x1 * d.keep_scale : 0.0f;
 }
 
 }  // namespace tileattn::cuda

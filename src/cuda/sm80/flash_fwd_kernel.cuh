@@ -255,6 +255,14 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
             sum += x;
           }
         row_sum[mt][hh] = row_sum[mt][hh] * rescale + sum;
+        if constexpr (kGeneral) {
+          if (p.dropout_threshold != 0) {
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt)
+              apply_dropout_pair(p, b, h, m0 + warp_row0 + mt * 16 + g + 8 * hh,
+                                 n0 + nt * 8 + 2 * t, s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]);
+          }
+        }
 #pragma unroll
         for (int dt = 0; dt < kDTiles; ++dt) {
           acc_o[mt][dt][2 * hh] *= rescale;

@@ -54,6 +54,12 @@ struct FlashFwdParams {
 
   const float* alibi_slopes;  // or nullptr
   std::int64_t alibi_stride_b, alibi_stride_h;
+
+  // General path only: dropout on the probabilities, the decision of src/common/philox.hpp
+  // (threshold 0: off); kept probabilities are multiplied by keep_scale.
+  std::uint64_t dropout_seed, dropout_offset;
+  std::uint32_t dropout_threshold;
+  float dropout_keep_scale;
 };
 
 }  // namespace tileattn::cuda

@@ -379,6 +379,14 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
             sum += x;
           }
         row_sum[hh] = row_sum[hh] * rescale[hh] + sum;
+        if constexpr (kGeneral) {
+          if (p.dropout_threshold != 0) {
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt)
+              apply_dropout_pair(p, b, h, row0 + 8 * hh, n0 + nt * 8 + 2 * t, s[nt][2 * hh],
+                                 s[nt][2 * hh + 1]);
+          }
+        }
       }
     };
 
