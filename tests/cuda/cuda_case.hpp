@@ -48,8 +48,10 @@ class DeviceTensor {
 };
 
 // f32 storage runs with bf16 operands and f32 accumulation: its error must stay within 2x the
-// naive bf16 computation's and under this relative L2 error.
-inline constexpr double kF32InputRelL2 = 1.5e-2;
+// naive bf16 computation's and under this relative L2 error. (At D = 1 the naive bf16
+// computation alone reaches 1.6-1.8e-2 on some seeds: one bf16 product per score, nothing
+// averages; a 1.5e-2 cap failed there on the H200.)
+inline constexpr double kF32InputRelL2 = 2.5e-2;
 
 // Runs the case on the CUDA backend (on `stream`) and checks it; returns the figures.
 CaseResult run_cuda_case(const Case& c, DType dtype, cudaStream_t stream = nullptr);

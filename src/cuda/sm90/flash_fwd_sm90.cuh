@@ -267,7 +267,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       wgmma_rs<T, kDim>(acc_o, pa[ks], sw128_desc(v_tile + ks * 16 * 64, kBlockN * 128, 1024));
     wgmma_commit();
   };
+  // One arrival per warp; __syncwarp first so that every lane's reads of the slot (e.g. of the
+  // tile index) happen before the arrival that lets the producer overwrite it.
   auto release = [&](std::uint64_t* bar) {
+    __syncwarp();
     if (lane == 0) mbarrier_arrive(bar);
   };
   auto rescale_o = [&](const float (&rescale)[2]) {
