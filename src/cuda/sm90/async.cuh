@@ -94,23 +94,6 @@ __device__ __forceinline__ std::uint64_t l2_evict_last() {
   return policy;
 }
 
-// Asynchronous 4-byte shared-memory store that completes on `bar`'s transaction count (4 bytes),
-// like a TMA load: the waiters of the phase see the value.
-__device__ __forceinline__ void st_async_b32(void* smem_dst, std::uint32_t value,
-                                             std::uint64_t* bar) {
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(
-          smem_address(smem_dst)),
-      "r"(value), "r"(smem_address(bar))
-      : "memory");
-}
-
-// Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones
-// (a TMA load or st.async into the same bytes).
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));

@@ -202,15 +202,16 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
                       (w.n_block_begin + i) * kBlockN, hk, b, read_often);
       };
       if (n_blocks > 0) load_k(0);
-      // The tile index travels like Q: an asynchronous store completing on q_full.
       mbarrier_wait(&bars.q_empty, (q_pass & 1) ^ 1);
-      mbarrier_arrive_expect_tx(&bars.q_full, (n_blocks > 0 ? cfg.q_tile_bytes() : 0) + 4);
-      st_async_b32(&bars.tile, static_cast<std::uint32_t>(valid ? tile : -1), &bars.q_full);
+      bars.tile = valid ? tile : -1;
       if (n_blocks > 0) {
+        mbarrier_arrive_expect_tx(&bars.q_full, cfg.q_tile_bytes());
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb)
           tma_load_4d(q_tile + cb * kBlockM * 64, &params.q_map, &bars.q_full, cb * 64,
                       w.coords.m0, w.coords.h, b, read_once);
+      } else {
+        mbarrier_arrive(&bars.q_full);  // an index only (an empty tile, or the end)
       }
       if (!valid) break;
       for (int i = 0; i < n_blocks; ++i) {
@@ -294,15 +295,9 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   for (int q_pass = 0;; ++q_pass) {
     mbarrier_wait(&bars.q_full, q_pass & 1);
     const int tile_index = bars.tile;
-    // Release the Q slot through release_q: the read above (generic proxy) must precede the
-    // producer's next asynchronous store into bars.tile.
-    auto release_q = [&] {
-      fence_proxy_async();
-      release(&bars.q_empty);
-    };
     if (tile_index < 0) break;
     const TileWork w = tile_work(tile_index);
-    if (w.n_blocks == 0) release_q();
+    if (w.n_blocks == 0) release(&bars.q_empty);
     const TileCoords& tile = w.coords;
     const int h = tile.h, b = tile.b;
     const int row0 = tile.m0 + consumer * 64 + warp_in_group * 16 + g;  // rows row0, row0 + 8
@@ -414,7 +409,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         wgmma_wait<0>();
         fence_operand(s);
         release(&bars.k_empty[slot]);
-        if (w.n_blocks == 1) release_q();
+        if (w.n_blocks == 1) release(&bars.q_empty);
         softmax(s, w.n_block_begin, rescale);
         to_operand(s, pa);
       }
@@ -430,7 +425,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
         fence_operand(s);
         release(&bars.k_empty[slot]);
-        if (i == w.n_blocks - 1) release_q();
+        if (i == w.n_blocks - 1) release(&bars.q_empty);
         softmax(s, w.n_block_begin + i, rescale);
         wgmma_wait<0>();
         fence_operand(acc_o);
