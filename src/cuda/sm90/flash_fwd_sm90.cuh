@@ -1,21 +1,24 @@
 // Hopper (sm_90a) forward: wgmma + TMA, warp-specialised (FlashAttention-3's structure).
 //
 // One CTA = one producer warpgroup + consumer_warp_groups consumer warpgroups (64 query rows
-// each); block_m = 64 x consumers query rows of one (batch, head).
-//   producer  gives its registers away (setmaxnreg.dec); one thread issues every TMA load: Q once,
-//             then K_j and V_j into two rings of `stages` slots, each slot guarded by a "full"
-//             mbarrier (transaction bytes) and an "empty" one (one arrival per consumer warp).
-//             V lags K by one block, the order the consumers need them in.
+// each); block_m = 64 x consumers query rows of one (batch, head). The grid is persistent: CTAs
+// take tiles from a per-launch counter until none are left (tile_at / next_tile).
+//   producer  gives its registers away (setmaxnreg.dec); one thread issues every TMA load: per
+//             tile the tile index and Q, then K_j and V_j into two rings of `stages` slots, each
+//             slot guarded by a "full" mbarrier (transaction bytes) and an "empty" one (one
+//             arrival per consumer warp). V lags K by one block, the order the consumers need.
 //   consumers take the registers (setmaxnreg.inc) and run, per key block j,
 //               S_j = Q K_j^T            wgmma m64n{block_n}k16, Q and K from shared memory
 //               O  += P_{j-1} V_{j-1}    wgmma m64n{D}k16, P from registers, V MN-major
-//             both issued back to back, then wait for S_j only (wait_group 1) and run the online
-//             softmax of block j while P_{j-1} V_{j-1} is still on the tensor cores; then wait
-//             for O, rescale it, and move on (the intra-warpgroup overlap of FlashAttention-3).
+//             issued back to back (O rescaled between the two issues), then wait for S_j only
+//             (wait_group 1) and run the online softmax of block j while P_{j-1} V_{j-1} is
+//             still on the tensor cores (FlashAttention-3's intra-warpgroup overlap). The
+//             warpgroups take turns to issue (ping-pong), so one's softmax overlaps another's
+//             GEMMs.
 // Score policies: the fast path (causal / window / key lengths, the softmax max taken on raw
-// scores, scale > 0) or kGeneral (mask, softcap, ALiBi through general_score_log2, shared with
-// the sm80 kernel). Blocks outside the causal / window band are never loaded; blocks fully
-// inside it are not masked element by element.
+// scores, scale > 0) or kGeneral (mask, softcap, ALiBi through general_score_log2, and dropout,
+// shared with the sm80 kernel). Blocks outside the causal / window band are never loaded; blocks
+// fully inside it are not masked element by element.
 #pragma once
 
 #include <cuda.h>
