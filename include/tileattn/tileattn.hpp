@@ -123,9 +123,10 @@ struct AttentionArgs {
 struct AttentionBackwardArgs : AttentionArgs {
   Tensor dout;
   Tensor dq, dk, dv;
-  // Bitwise-identical gradients from run to run and for any thread count. On the CPU this costs
-  // a second pass for dq (about 40% more arithmetic, docs/semantics.md); without it dk and dv
-  // are still deterministic but dq's summation order follows the thread schedule.
+  // Bitwise-identical gradients from run to run and for any thread count. On the CPU, dq then
+  // takes its key blocks' contributions in a fixed order, so threads sometimes wait for each
+  // other (measured: no cost to ~15% slower, docs/semantics.md); without it dk and dv are still
+  // deterministic but dq's summation order follows the thread schedule.
   bool deterministic = false;
 };
 

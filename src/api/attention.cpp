@@ -93,12 +93,20 @@ Tensor bhsd_as_bshd(Tensor t) {
   return t;
 }
 
+namespace {
+
+// The backend a call runs on (automatic: CUDA for device tensors, else the CPU); checks ctx.
+Backend resolve_backend(const Context& ctx, Device device) {
+  if (ctx.threads < 0) throw Error("tileattn: argument 'ctx.threads': must be >= 0 (0 = default)");
+  if (ctx.backend != Backend::automatic) return ctx.backend;
+  return device == Device::cuda ? Backend::cuda : Backend::cpu;
+}
+
+}  // namespace
+
 void attention_forward(const AttentionArgs& args, const Context& ctx) {
   const detail::AttnParams p = detail::validate_forward(args);
-  Backend backend = ctx.backend;
-  if (backend == Backend::automatic)
-    backend = p.device == Device::cuda ? Backend::cuda : Backend::cpu;
-  if (ctx.threads < 0) throw Error("tileattn: argument 'ctx.threads': must be >= 0 (0 = default)");
+  const Backend backend = resolve_backend(ctx, p.device);
 
   if (backend == Backend::cuda) {
 #if defined(TILEATTN_WITH_CUDA)
@@ -123,10 +131,7 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
 
 void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
   const detail::AttnBackwardParams p = detail::validate_backward(args);
-  Backend backend = ctx.backend;
-  if (backend == Backend::automatic)
-    backend = p.device == Device::cuda ? Backend::cuda : Backend::cpu;
-  if (ctx.threads < 0) throw Error("tileattn: argument 'ctx.threads': must be >= 0 (0 = default)");
+  const Backend backend = resolve_backend(ctx, p.device);
   if (backend == Backend::cuda)
     throw Error("tileattn: argument 'ctx.backend': attention_backward is not implemented yet on "
                 "the cuda backend (use the cpu or reference backend with host tensors)");

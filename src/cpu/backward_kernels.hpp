@@ -34,7 +34,7 @@ struct BackwardStep {
   bool interior;  // the block lies inside every row's visible range
 
   // Gradients, accumulated (the scale is applied by the driver): dk and dv of the key block
-  // unless nullptr (the deterministic mode's dq pass), dq rows of the tile unless nullptr.
+  // unless nullptr, dq rows of the tile unless nullptr.
   float* dk;  // [block_k][dim_padded]
   float* dv;  // [block_k][dim_v_padded]
   float* dq;  // [block_q][dim_padded]

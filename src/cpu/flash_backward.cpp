@@ -404,7 +404,8 @@ class Backward {
   }
 
   // One key block of one pair against every query tile that sees it: dk and dv of the block,
-  // and (unless deterministic) dq contributions into this thread's partial buffer.
+  // and its dq contributions (into this thread's partial buffer, or, deterministic, into the
+  // tile's shared buffer in key-block order).
   void key_block(std::int64_t phase, const Item& item, Scratch& s);
 
   void reduce_dq_tile(std::int64_t phase, std::int64_t local, std::int64_t member,

@@ -62,6 +62,22 @@ HostTensor make_mask(const Case& c, Rng& rng) {
 
 }  // namespace
 
+void CaseList::add(const std::string& name, const std::function<void(Case&)>& tweak) {
+  Case c;
+  c.name = name;
+  tweak(c);
+  if (c.large) {
+    c.Lq = scaled(c.Lq, 17);
+    c.Lk = scaled(c.Lk, 17);
+  }
+  cases.push_back(c);
+}
+
+// Enumerators are ordered best first: a larger value is a lower level.
+bool isa_supported(CpuIsa isa) {
+  return static_cast<std::uint8_t>(isa) >= static_cast<std::uint8_t>(build_info().best_cpu_isa);
+}
+
 Problem::Problem(const Case& cs, DType dt, Rng& rng)
     : c(cs),
       dtype(dt),

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -49,6 +50,16 @@ struct Case {
 inline void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name;
 }
+
+// A list of cases: add(name, tweak) applies `tweak` to a default Case; large cases shrink with
+// TILEATTN_TEST_SCALE.
+struct CaseList {
+  std::vector<Case> cases;
+  void add(const std::string& name, const std::function<void(Case&)>& tweak);
+};
+
+// Whether this machine supports the CPU level `isa`.
+bool isa_supported(CpuIsa isa);
 
 // Figures from one check, also printed as a "[ stats ]" line for the reports.
 struct CaseResult {

@@ -13,21 +13,10 @@
 namespace tileattn::test {
 namespace {
 
-bool isa_supported(CpuIsa isa) {
-  return static_cast<std::uint8_t>(isa) >= static_cast<std::uint8_t>(build_info().best_cpu_isa);
-}
-
 std::vector<Case> backward_cases() {
-  std::vector<Case> cases;
+  CaseList list;
   const auto add = [&](const std::string& name, const std::function<void(Case&)>& tweak) {
-    Case c;
-    c.name = name;
-    tweak(c);
-    if (c.large) {
-      c.Lq = scaled(c.Lq, 17);
-      c.Lk = scaled(c.Lk, 17);
-    }
-    cases.push_back(c);
+    list.add(name, tweak);
   };
   add("plain", [](Case& c) { c.B = 2, c.Lq = c.Lk = 64, c.Hq = c.Hkv = 3, c.D = 64; });
   add("single_query_key", [](Case& c) { c.Lq = c.Lk = 1, c.Hq = c.Hkv = 4; });
@@ -117,7 +106,7 @@ std::vector<Case> backward_cases() {
   add("long_cross_window", [](Case& c) {
     c.Lq = 301, c.Lk = 517, c.D = 96, c.window_left = 100, c.window_right = 40, c.large = true;
   });
-  return cases;
+  return list.cases;
 }
 
 using Param = std::tuple<CpuIsa, DType, bool, Case>;

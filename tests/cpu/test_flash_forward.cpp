@@ -13,22 +13,10 @@
 namespace tileattn::test {
 namespace {
 
-// Enumerators are ordered best first: a larger value is a lower level.
-bool isa_supported(CpuIsa isa) {
-  return static_cast<std::uint8_t>(isa) >= static_cast<std::uint8_t>(build_info().best_cpu_isa);
-}
-
 std::vector<Case> all_cases() {
-  std::vector<Case> cases;
+  CaseList list;
   const auto add = [&](const std::string& name, const std::function<void(Case&)>& tweak) {
-    Case c;
-    c.name = name;
-    tweak(c);
-    if (c.large) {
-      c.Lq = scaled(c.Lq, 17);
-      c.Lk = scaled(c.Lk, 17);
-    }
-    cases.push_back(c);
+    list.add(name, tweak);
   };
   // Plain attention; shapes that are multiples of nothing.
   add("plain", [](Case& c) { c.B = 2, c.Lq = c.Lk = 64, c.Hq = c.Hkv = 3, c.D = 64; });
@@ -200,7 +188,7 @@ std::vector<Case> all_cases() {
   add("long_lq_gt_lk_causal", [](Case& c) {
     c.Lq = 400, c.Lk = 257, c.Hq = 1, c.Hkv = 1, c.D = 64, c.causal = true, c.large = true;
   });
-  return cases;
+  return list.cases;
 }
 
 using Param = std::tuple<CpuIsa, DType, Case>;

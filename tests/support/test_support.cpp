@@ -513,6 +513,22 @@ NaiveResult naive_attention(const AttentionArgs& args) {
   return r;
 }
 
+void expect_argument_error(const std::function<void()>& call, const std::string& argument,
+                           const std::string& fragment) {
+  try {
+    call();
+    ADD_FAILURE() << "no tileattn::Error thrown; expected one naming '" << argument << "'";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("'" + argument + "'"), std::string::npos)
+        << "message does not name '" << argument << "': " << message;
+    EXPECT_NE(message.find(fragment), std::string::npos)
+        << "message lacks \"" << fragment << "\": " << message;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw a non-tileattn exception: " << e.what();
+  }
+}
+
 std::string describe(const AttentionArgs& a) {
   std::ostringstream os;
   auto shape = [&](const char* name, const Tensor& t) {

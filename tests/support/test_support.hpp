@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -143,6 +144,11 @@ struct NaiveGradients {
   std::vector<float> dq, dk, dv;
 };
 NaiveGradients naive_attention_backward(const AttentionBackwardArgs& args);
+
+// Runs `call`, which must throw tileattn::Error whose message names `argument` (as
+// 'argument') and contains `fragment`; anything else is a test failure.
+void expect_argument_error(const std::function<void()>& call, const std::string& argument,
+                           const std::string& fragment);
 
 // Mentions names used in failure messages.
 std::string describe(const AttentionArgs& args);
