@@ -25,7 +25,7 @@ constexpr std::int64_t kPanelV = cpu_tile_config().v_panel;
 // Register blocking: the S micro-tile is kQkRows x one K panel (kQkVecs vectors); the O
 // micro-tile is kPvRows x kPvVecs vectors.
 constexpr int kQkVecs = static_cast<int>(kPanelK) / kLanes;
-constexpr int kQkRows = kLanes == 16 ? 12 : 3;
+constexpr int kQkRows = kLanes == 16 ? 14 : 3;
 constexpr int kPvRows = 6;
 constexpr int kPvVecs = kLanes == 16 ? 4 : 2;
 static_assert(kPanelK % kLanes == 0 && kBlockK % kPanelK == 0, "K panels hold whole vectors");

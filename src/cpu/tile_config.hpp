@@ -32,7 +32,7 @@ struct CpuTileConfig {
 constexpr CpuTileConfig cpu_tile_config(KernelFamily family = KernelFamily::f32) {
   if (family == KernelFamily::amx) return {64, 64, 32, 32, 0, 0, 16ll << 20};
   if (family == KernelFamily::bf16_dot) return {48, 64, 2, 16, 0, 0, 16ll << 20};
-  return {48, 64, 1, 16, 32, 64, 16ll << 20};
+  return {42, 64, 1, 16, 32, 64, 16ll << 20};
 }
 
 // The CPU flash backward (f32 kernels for every storage dtype): query tiles of block_q rows
