@@ -22,7 +22,10 @@
 namespace tileattn::test {
 namespace {
 
-constexpr double kNaiveFactor = 2.0, kRoundedOutFactor = 4.0, kRelL2Epsilon = 1e-6;
+// kErrorFloor: an absolute L2 error allowance (compare() reports the absolute L2 error when the
+// reference is exactly 0, e.g. dq and dk with a single key, where dP - delta cancels only up to
+// f32 rounding).
+constexpr double kNaiveFactor = 2.0, kRoundedOutFactor = 4.0, kErrorFloor = 1e-4;
 
 std::vector<Case> backward_cases() {
   CaseList list;
@@ -212,9 +215,9 @@ void run_cuda_backward_case(const Case& c, DType dtype, bool deterministic) {
         << "NaN/inf (poison left unwritten?) where the reference is finite; " << stats.str();
     const ErrorStats own_stats = rounded_out ? compare(check.own.to_f32(), reference) : stats;
     EXPECT_EQ(own_stats.nonfinite, 0) << own_stats.str();
-    EXPECT_LE(own_stats.rel_l2, kNaiveFactor * naive_stats.rel_l2 + kRelL2Epsilon)
+    EXPECT_LE(own_stats.rel_l2, kNaiveFactor * naive_stats.rel_l2 + kErrorFloor)
         << "kernel (exact out): " << own_stats.str() << "\nnaive: " << naive_stats.str();
-    EXPECT_LE(stats.rel_l2, kRoundedOutFactor * naive_stats.rel_l2 + kRelL2Epsilon)
+    EXPECT_LE(stats.rel_l2, kRoundedOutFactor * naive_stats.rel_l2 + kErrorFloor)
         << "kernel (the forward's out): " << stats.str() << "\nnaive: " << naive_stats.str();
     std::cout << " " << check.name << " " << stats.rel_l2 << " (own " << own_stats.rel_l2
               << ", naive " << naive_stats.rel_l2 << ")";

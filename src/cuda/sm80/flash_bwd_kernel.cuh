@@ -16,6 +16,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/elements.cuh"
 #include "cuda/common/launch.cuh"
@@ -30,9 +31,19 @@ namespace tileattn::cuda {
 
 inline constexpr int kBwdPrepareRowsPerBlock = 8;
 
+template <typename T>
+__device__ __forceinline__ float rounded(float x) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __half2float(__float2half_rn(x));
+  else
+    return __bfloat162float(__float2bfloat16_rn(x));
+}
+
 // delta and lse_log2 for every workspace row (b, h, i), i < len_q_padded; one warp per row.
 // (A template so that every translation unit may instantiate it.)
-template <int kRowsPerBlock>
+// dO and O are rounded to the kernel's operand type T first, as dP = dO V^T sees them, so that
+// dP - delta cancels exactly where it should (e.g. one key: O = V, dS = 0).
+template <typename T, int kRowsPerBlock>
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
     flash_bwd_prepare(const __grid_constant__ FlashBwdParams p) {
   const std::int64_t row =
@@ -52,7 +63,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     const char* d = static_cast<const char*>(p.dout) +
                     (b * p.do_stride_b + i * p.do_stride_l + h * p.do_stride_h) * do_esize;
     for (int c = lane; c < p.dim_v; c += 32)
-      delta += load_elem(o, c, p.out_type) * load_elem(d, c, p.dout_type);
+      delta += rounded<T>(load_elem(o, c, p.out_type)) * rounded<T>(load_elem(d, c, p.dout_type));
     const float lse = p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l];
     lse_log2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
   }
@@ -112,6 +123,13 @@ __device__ int first_key_block_seen(const FlashFwdParams& p, int m_block, std::i
   return key <= 0 ? 0 : static_cast<int>(key / kBlockN);
 }
 
+// *address += (a, b, c, d): one 16-byte vector reduction (sm_90).
+__device__ __forceinline__ void red_add_v4(float* address, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "f"(a), "f"(b),
+               "f"(c), "f"(d)
+               : "memory");
+}
+
 __device__ __forceinline__ int load_acquire(const int* address) {
   int value;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
@@ -136,7 +154,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   static_assert(kDim % 64 == 0 && kBlockM % 16 == 0 && kAcc % 16 == 0, "tile shapes");
   static_assert(kDqRows % 16 == 0 && kDqCols == 64 && kDqWarpsM * kDqWarpsN == kWarps,
                 "dQ warp grid");
-  static_assert(kQTiles * 4 <= 32, "the dropout keep bits of one step fit one word");
+  static_assert(kQTiles * 4 <= 64, "the dropout keep bits of one step fit one word");
 
   extern __shared__ __align__(128) unsigned char smem[];
   T* const k_tile = reinterpret_cast<T*>(smem);  // (block_n, pitch)
@@ -160,14 +178,17 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   const int klen = key_length(p, b);
   const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
 
-  // Query blocks that see any key of this block (a superset; elements are masked one by one).
+  // Query blocks that see any key of this block (a superset; elements are masked one by one):
+  // rows i with n0 - window_right <= i + diagonal <= last key + window_left.
   int m_begin = 0, m_end = 0;
   if (n0 < klen) {
-    const KeyRowVisibility first_key(p, n0, klen, diagonal);
-    const KeyRowVisibility last_key(p, min(n0 + kBlockN, klen) - 1, klen, diagonal);
-    if (first_key.lo <= last_key.hi) {
-      m_begin = first_key.lo / kBlockM;
-      m_end = last_key.hi / kBlockM + 1;
+    std::int64_t first = 0, last = p.len_q - 1;
+    const int last_key = min(n0 + kBlockN, klen) - 1;
+    if (p.window_right >= 0) first = max(first, n0 - p.window_right - diagonal);
+    if (p.window_left >= 0) last = min(last, last_key + p.window_left - diagonal);
+    if (first <= last) {
+      m_begin = static_cast<int>(first / kBlockM);
+      m_end = static_cast<int>(last / kBlockM) + 1;
     }
   }
   const int m_blocks = m_end - m_begin;
@@ -279,7 +300,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
 
     // P^T = 2^(logit - lse log2 e); masked elements and rows without keys give 0.
     [[maybe_unused]] float softcap_grad[kGeneral ? kQTiles : 1][4];
-    [[maybe_unused]] std::uint32_t kept = 0xffffffffu;  // dropout: bit nt * 4 + element
+    [[maybe_unused]] std::uint64_t kept = ~0ull;  // dropout: bit nt * 4 + element
     const int last_row = min(m0 + kBlockM, p.len_q) - 1;
     const bool edge = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
     [[maybe_unused]] float slope = 0.0f;
@@ -305,7 +326,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
             r.distance0 = i + klen - p.len_q;
             x = general_score_log2(p, r, j, s[nt][e], softcap_grad[nt][e]);
             if (p.dropout_threshold != 0 && x != -INFINITY && !dropout_keeps(p, b, h, i, j))
-              kept &= ~(1u << (nt * 4 + e));
+              kept &= ~(1ull << (nt * 4 + e));
           }
         } else {
           x = s[nt][e] * p.scale_log2;
@@ -445,14 +466,32 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
 #pragma unroll
       for (int mt = 0; mt < kDqMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kDqNTiles; ++nt)
+        for (int nt = 0; nt < kDqNTiles; ++nt) {
+          const float* c = acc_dq[mt][nt];
+          const int col = chunk * kAcc + wn * kDqCols + nt * 8;
+#if __CUDA_ARCH__ >= 900
+          // Lanes t and t ^ 1 trade halves: even t adds row g, columns 2t..2t+3 and odd t row
+          // g + 8, columns 2t-2..2t+1, as one 16-byte vector reduction each (columns past dim
+          // land in the workspace's padding, which nothing reads).
+          const bool odd = (t & 1) != 0;
+          const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
+          const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+          const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+          const int i = m0 + wm * kDqRows + mt * 16 + g + (odd ? 8 : 0);
+          const int d = col + 2 * (t & ~1);
+          if (i < p.len_q && d < p.dim)
+            red_add_v4(dq_rows + static_cast<std::int64_t>(i) * kDim + d, odd ? got0 : c[0],
+                       odd ? got1 : c[1], odd ? c[2] : got0, odd ? c[3] : got1);
+#else
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int i = m0 + wm * kDqRows + mt * 16 + g + 8 * (e / 2);
-            const int d = chunk * kAcc + wn * kDqCols + nt * 8 + 2 * t + (e & 1);
+            const int d = col + 2 * t + (e & 1);
             if (i < p.len_q && d < p.dim)
-              atomicAdd(dq_rows + static_cast<std::int64_t>(i) * kDim + d, acc_dq[mt][nt][e]);
+              atomicAdd(dq_rows + static_cast<std::int64_t>(i) * kDim + d, c[e]);
           }
+#endif
+        }
       if (turn != nullptr) {  // pass the turn on once every thread's adds are done
         __threadfence();
         __syncthreads();
@@ -492,7 +531,7 @@ cudaError_t launch_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   constexpr BwdTileConfig cfg = bwd_tile_config(kBucket);
   const std::int64_t rows = static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch;
   if (rows > 0) {
-    flash_bwd_prepare<kBwdPrepareRowsPerBlock><<<static_cast<unsigned>((rows + kBwdPrepareRowsPerBlock - 1) /
+    flash_bwd_prepare<T, kBwdPrepareRowsPerBlock><<<static_cast<unsigned>((rows + kBwdPrepareRowsPerBlock - 1) /
                                               kBwdPrepareRowsPerBlock),
                         kBwdPrepareRowsPerBlock * 32, 0, stream>>>(p);
     const cudaError_t status = cudaGetLastError();

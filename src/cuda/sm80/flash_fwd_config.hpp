@@ -111,8 +111,8 @@ struct BwdTileConfig {
 
 constexpr BwdTileConfig bwd_tile_config(int bucket) {
   switch (bucket) {
-    case 64: return {64, 64, 4, 64, 2};     // 58 KB shared memory
-    case 128: return {128, 64, 4, 128, 2};  // 107 KB: two CTAs per SM on Hopper
+    case 64: return {64, 128, 8, 64, 1};    // 129 KB shared memory
+    case 128: return {128, 64, 8, 128, 1};  // 145 KB
     case 256: return {256, 32, 4, 128, 1};  // 139 KB, two column chunks
     default: return {0, 0, 0, 0, 0};
   }
