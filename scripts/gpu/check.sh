@@ -177,5 +177,19 @@ if has_stage bench_bwd; then  # the backward: tileattn (sm80 kernel) vs PyTorch 
   python3 bench/gpu/compare.py /tmp/bench_bwd_tileattn.json /tmp/bench_bwd_torch.json \
     --json "$OUT/bench_bwd.json" | tee -a "$SUMMARY"
 fi
+if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's and PyTorch FA2's
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  sections=(--section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats
+            --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis)
+  D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
+  timeout 200 "$NCU" --kernel-name regex:flash_bwd_kernel --launch-count 1 "${sections[@]}" \
+    "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$L" --iters 1 \
+    --warmup 0 >"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (tileattn) failed"
+  timeout 200 "$NCU" --kernel-name regex:flash_bwd_dq_dk_dv --launch-count 1 "${sections[@]}" \
+    python3 bench/gpu/bench_torch.py --backward 1 --dims "$D" --lengths "$L" --iters 1 --warmup 0 \
+    >>"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (torch) failed"
+  grep -E "^  [a-z_]+.*Context|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|L1/TEX Hit|Executed Ipc A" \
+    "$OUT/ncu_bwd.txt" | tee -a "$SUMMARY"
+fi
 note "== done, status $status"
 exit $status

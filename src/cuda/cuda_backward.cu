@@ -16,7 +16,9 @@
 namespace tileattn::detail {
 namespace {
 
-constexpr std::int64_t kWorkspaceRowAlign = 64;  // len_q_padded: whole query blocks, 16-byte rows
+// len_q_padded: a multiple of every block_m, so a query block's lse and delta rows never run
+// past its (b, h) row of the workspace.
+constexpr std::int64_t kWorkspaceRowAlign = 128;
 
 bool dout_vector_loads_ok(const AttnBackwardParams& p) {
   return p.dout_dtype == p.dtype && p.dtype != DType::f32 && p.dim_v % 8 == 0 &&

@@ -146,13 +146,13 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   constexpr int kWarps = cfg.warps, kAcc = cfg.acc_dim, kChunks = cfg.chunks();
   constexpr int kQTiles = kBlockM / 8;  // n8 tiles of S^T / dP^T per warp (query columns)
   constexpr int kAccTiles = kAcc / 8;   // n8 tiles of this CTA's dK / dV columns
-  // dQ (block_m x acc_dim) = dS K on a kDqWarpsM x kDqWarpsN warp grid, 64 columns per warp.
-  constexpr int kDqWarpsN = kAcc / 64;
+  // dQ (block_m x acc_dim) = dS K on a kDqWarpsM x kDqWarpsN warp grid, 32 columns per warp.
+  constexpr int kDqWarpsN = kWarps < kAcc / 32 ? kWarps : kAcc / 32;
   constexpr int kDqWarpsM = kWarps / kDqWarpsN;
   constexpr int kDqRows = kBlockM / kDqWarpsM, kDqCols = kAcc / kDqWarpsN;
   constexpr int kDqMTiles = kDqRows / 16, kDqNTiles = kDqCols / 8;
   static_assert(kDim % 64 == 0 && kBlockM % 16 == 0 && kAcc % 16 == 0, "tile shapes");
-  static_assert(kDqRows % 16 == 0 && kDqCols == 64 && kDqWarpsM * kDqWarpsN == kWarps,
+  static_assert(kDqRows % 16 == 0 && kDqCols == 32 && kDqWarpsM * kDqWarpsN == kWarps,
                 "dQ warp grid");
   static_assert(kQTiles * 4 <= 64, "the dropout keep bits of one step fit one word");
 
@@ -254,7 +254,8 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   const int wm = warp / kDqWarpsN, wn = warp % kDqWarpsN;  // this warp's dQ tile
   // Swizzled chunk offsets (every ldmatrix row here is mat_row mod 8).
   const SwizzleTable<4> sw_a(0, a_chunk, mat_row), sw_b(0, b_chunk, mat_row),
-      sw_bt(chunk0, bt_chunk, mat_row), sw_k(chunk0 + wn * kDqCols / 8, bt_chunk, mat_row);
+      sw_bt(chunk0, bt_chunk, mat_row);
+  const SwizzleTable<kDqNTiles / 2> sw_k(chunk0 + wn * kDqCols / 8, bt_chunk, mat_row);
   const SwizzleTable<kDqMTiles> sw_ds(wm * kDqRows / 8, mat & 1, mat_row);
   const std::uint32_t k_base = smem_address(k_tile), v_base = smem_address(v_tile);
   const std::uint32_t ds_base = smem_address(ds_tile);
@@ -441,7 +442,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
 #pragma unroll
         for (int np = 0; np < kDqNTiles / 2; ++np) {
           std::uint32_t kb[4];
-          ldmatrix_x4_trans(kb, k_base + (ks * 16 + bt_row) * kRowBytes + sw_k.periodic(np));
+          ldmatrix_x4_trans(kb, k_base + (ks * 16 + bt_row) * kRowBytes + sw_k.x[np]);
 #pragma unroll
           for (int mt = 0; mt < kDqMTiles; ++mt) {
             mma_16816<T>(acc_dq[mt][2 * np], a[mt], kb[0], kb[1]);

@@ -24,7 +24,7 @@ struct FlashBwdParams : FlashFwdParams {
 
   int heads_kv;
   int num_n_blocks;  // ceil(len_k / block_n): key blocks, one CTA each (x chunks x Hkv x B)
-  int len_q_padded;  // rows of the workspace arrays per (b, h): len_q rounded up to 64
+  int len_q_padded;  // rows of the workspace arrays per (b, h): len_q rounded up to 128 (>= every block_m)
 
   // Workspace, per (b, h) row-major with len_q_padded rows. Rows >= len_q: delta 0, lse +inf.
   float* dq_accum;  // [B, Hq, len_q_padded, head-dim bucket]: dQ / scale, summed by atomics
