@@ -7,7 +7,7 @@
 // call includes its preprocessing and dQ conversion kernels), counting 2.5x the forward FLOPs.
 //
 //   tileattn_gpu_bench [--dims 64,128,256] [--lengths 512,...,16384] [--iters 30] [--warmup 5]
-//                      [--json out.json] [--label tileattn] [--backward 0|1]
+//                      [--json out.json] [--label tileattn] [--backward 0|1] [--deterministic 0|1]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   std::vector<int> lengths = {512, 1024, 2048, 4096, 8192, 16384};
   int iters = 30, warmup = 5;
   std::string json_path, label = "tileattn";
-  bool backward = false;
+  bool backward = false, deterministic = false;
   for (int a = 1; a + 1 < argc; a += 2) {
     const std::string flag = argv[a];
     if (flag == "--dims")
@@ -80,6 +80,8 @@ int main(int argc, char** argv) {
       label = argv[a + 1];
     else if (flag == "--backward")
       backward = std::stoi(argv[a + 1]) != 0;
+    else if (flag == "--deterministic")
+      deterministic = std::stoi(argv[a + 1]) != 0;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -147,6 +149,7 @@ int main(int argc, char** argv) {
           bargs.dq = grad(dq);
           bargs.dk = grad(dk);
           bargs.dv = grad(dv);
+          bargs.deterministic = deterministic;
         }
         const auto run = [&] {
           if (backward)

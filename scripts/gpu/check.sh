@@ -173,8 +173,12 @@ if has_stage bench_bwd; then  # the backward: tileattn (sm80 kernel) vs PyTorch 
   PYTHONUNBUFFERED=1 timeout 300 python3 bench/gpu/bench_torch.py --backward 1 --dims "$dims" \
     --lengths "$lengths" --iters "$iters" --json /tmp/bench_bwd_torch.json >/tmp/bench_bwd_torch.log 2>&1 ||
     { note "-- torch backward bench failed"; tail -5 /tmp/bench_bwd_torch.log | tee -a "$SUMMARY"; }
+  # The deterministic mode on the same grid (extra column tileattn_deterministic).
+  timeout 300 "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --deterministic 1 --dims "$dims" \
+    --lengths "$lengths" --iters "$iters" --label tileattn_deterministic \
+    --json /tmp/bench_bwd_det.json >/tmp/bench_bwd_det.log 2>&1 || note "-- deterministic bench failed"
   note "-- backward (2.5x forward FLOPs):"
-  python3 bench/gpu/compare.py /tmp/bench_bwd_tileattn.json /tmp/bench_bwd_torch.json \
+  python3 bench/gpu/compare.py /tmp/bench_bwd_tileattn.json /tmp/bench_bwd_det.json /tmp/bench_bwd_torch.json \
     --json "$OUT/bench_bwd.json" | tee -a "$SUMMARY"
 fi
 if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's and PyTorch FA2's

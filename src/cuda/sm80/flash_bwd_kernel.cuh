@@ -307,17 +307,18 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
     [[maybe_unused]] float slope = 0.0f;
     if constexpr (kGeneral) slope = alibi_slope(p, b, h);
 #pragma unroll
-    for (int nt = 0; nt < kQTiles; ++nt)
+    for (int nt = 0; nt < kQTiles; ++nt) {
+      // lse * log2(e) of this lane's two query columns (one 8-byte shared load).
+      const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + nt * 8 + 2 * t);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int hh = e / 2, col = nt * 8 + 2 * t + (e & 1), i = m0 + col;
-        const int j = n0 + key_row0 + 8 * hh;
-        float x;
+        const int hh = e / 2, i = m0 + nt * 8 + 2 * t + (e & 1);
+        const float lse = (e & 1) ? lse2.y : lse2.x;
         if constexpr (kGeneral) {
+          const int j = n0 + key_row0 + 8 * hh;
+          float x = -INFINITY;
           softcap_grad[nt][e] = 1.0f;
-          if (!seen_by[hh].sees(i)) {
-            x = -INFINITY;
-          } else {
+          if (seen_by[hh].sees(i)) {
             GeneralScoreRow r;
             r.i = i;
             r.slope = slope;
@@ -329,12 +330,13 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
             if (p.dropout_threshold != 0 && x != -INFINITY && !dropout_keeps(p, b, h, i, j))
               kept &= ~(1ull << (nt * 4 + e));
           }
+          s[nt][e] = exp2_approx(x - lse);
         } else {
-          x = s[nt][e] * p.scale_log2;
-          if (edge && !seen_by[hh].sees(i)) x = -INFINITY;
+          s[nt][e] = exp2_approx(fmaf(s[nt][e], p.scale_log2, -lse));
+          if (edge && !seen_by[hh].sees(i)) s[nt][e] = 0.0f;
         }
-        s[nt][e] = exp2_approx(x - lse_s[col]);
       }
+    }
 
     // dV += P^T dO (dropped probabilities scaled by 1 / (1 - p)).
 #pragma unroll
@@ -386,7 +388,8 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
     // dS^T = P^T o (dP^T - delta) (dropout: dP^T of the dropped elements is 0, kept ones scaled;
     // softcap: times its derivative), into s; also stored to shared memory for dQ.
 #pragma unroll
-    for (int nt = 0; nt < kQTiles; ++nt)
+    for (int nt = 0; nt < kQTiles; ++nt) {
+      const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + nt * 8 + 2 * t);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float d = dp[nt][e];
@@ -394,10 +397,11 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
           if (p.dropout_threshold != 0)
             d = (kept >> (nt * 4 + e) & 1u) ? d * p.dropout_keep_scale : 0.0f;
         }
-        float ds = s[nt][e] * (d - delta_s[nt * 8 + 2 * t + (e & 1)]);
+        float ds = s[nt][e] * (d - ((e & 1) ? delta2.y : delta2.x));
         if constexpr (kGeneral) ds *= softcap_grad[nt][e];
         s[nt][e] = ds;
       }
+    }
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt)
 #pragma unroll
