@@ -160,9 +160,9 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   T* const k_tile = reinterpret_cast<T*>(smem);  // (block_n, pitch)
   T* const v_tile = k_tile + kBlockN * kPitch;   // (block_n, pitch)
   T* const qdo_tiles = v_tile + kBlockN * kPitch;  // 2 stages x [Q, dO] (block_m, pitch)
-  T* const ds_tile = qdo_tiles + 2 * 2 * kBlockM * kPitch;  // 2 x dS^T (block_n, ds_pitch)
+  T* const ds_tile = qdo_tiles + 2 * 2 * kBlockM * kPitch;  // dS^T (block_n, ds_pitch)
   float* const row_stats =
-      reinterpret_cast<float*>(ds_tile + 2 * kBlockN * kDsPitch);  // 2 stages x [lse, delta]
+      reinterpret_cast<float*>(ds_tile + kBlockN * kDsPitch);  // 2 stages x [lse_log2, delta]
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   const SwizzleTable<kDqNTiles / 2> sw_k(chunk0 + wn * kDqCols / 8, bt_chunk, mat_row);
   const SwizzleTable<kDqMTiles> sw_ds(wm * kDqRows / 8, mat & 1, mat_row);
   const std::uint32_t k_base = smem_address(k_tile), v_base = smem_address(v_tile);
-  const std::uint32_t ds_base0 = smem_address(ds_tile);
+  const std::uint32_t ds_base = smem_address(ds_tile);
   constexpr int kRowBytes = kPitch * 2;
 
   float acc_dk[kAccTiles][4], acc_dv[kAccTiles][4];
@@ -267,94 +267,11 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[dt][e] = acc_dv[dt][e] = 0.0f;
 
-  // dQ (this warp's kDqRows x kDqCols) of step `it` = dS K, added to the workspace. Deferred
-  // to the start of the next step (after its barrier), so one barrier per step suffices: dS^T
-  // is double-buffered.
-  const auto dq_step = [&](int done) {
-    const Step step = step_at(done);
-    const int h = step.h, m0 = step.m0;
-    const std::uint32_t ds_base = ds_base0 + (done & 1) * kBlockN * kDsPitch * 2;
-    float acc_dq[kDqMTiles][kDqNTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kDqMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kDqNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kBlockN / 16; ++ks) {
-      std::uint32_t a[kDqMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kDqMTiles; ++mt)
-        ldmatrix_x4_trans(a[mt], ds_base + (ks * 16 + (mat >> 1) * 8 + mat_row) * kDsPitch * 2 +
-                                     sw_ds.x[mt]);
-#pragma unroll
-      for (int np = 0; np < kDqNTiles / 2; ++np) {
-        std::uint32_t kb[4];
-        ldmatrix_x4_trans(kb, k_base + (ks * 16 + bt_row) * kRowBytes + sw_k.x[np]);
-#pragma unroll
-        for (int mt = 0; mt < kDqMTiles; ++mt) {
-          mma_16816<T>(acc_dq[mt][2 * np], a[mt], kb[0], kb[1]);
-          mma_16816<T>(acc_dq[mt][2 * np + 1], a[mt], kb[2], kb[3]);
-        }
-      }
-    }
-    int* turn = nullptr;
-    if (p.dq_turn != nullptr) {  // deterministic: wait until the earlier key blocks added theirs
-      const int m_block = m0 / kBlockM;
-      turn = p.dq_turn +
-             ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.num_m_blocks + m_block) *
-                 kChunks +
-             chunk;
-      const int my_turn = n_block - first_key_block_seen<kBlockM, kBlockN>(p, m_block, diagonal);
-      if (tid == 0)
-        while (load_acquire(turn) != my_turn) __nanosleep(32);
-      __syncthreads();
-    }
-    float* dq_rows = p.dq_accum +
-                     (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded * kDim;
-#pragma unroll
-    for (int mt = 0; mt < kDqMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kDqNTiles; ++nt) {
-        const float* c = acc_dq[mt][nt];
-        const int col = chunk * kAcc + wn * kDqCols + nt * 8;
-#if __CUDA_ARCH__ >= 900
-        // Lanes t and t ^ 1 trade halves: even t adds row g, columns 2t..2t+3 and odd t row
-        // g + 8, columns 2t-2..2t+1, as one 16-byte vector reduction each (columns past dim
-        // land in the workspace's padding, which nothing reads).
-        const bool odd = (t & 1) != 0;
-        const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
-        const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
-        const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-        const int i = m0 + wm * kDqRows + mt * 16 + g + (odd ? 8 : 0);
-        const int d = col + 2 * (t & ~1);
-        if (i < p.len_q && d < p.dim)
-          red_add_v4(dq_rows + static_cast<std::int64_t>(i) * kDim + d, odd ? got0 : c[0],
-                     odd ? got1 : c[1], odd ? c[2] : got0, odd ? c[3] : got1);
-#else
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = m0 + wm * kDqRows + mt * 16 + g + 8 * (e / 2);
-          const int d = col + 2 * t + (e & 1);
-          if (i < p.len_q && d < p.dim)
-            atomicAdd(dq_rows + static_cast<std::int64_t>(i) * kDim + d, c[e]);
-        }
-#endif
-      }
-    if (turn != nullptr) {  // pass the turn on once every thread's adds are done
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) atomicAdd(turn, 1);
-    }
-  };
-
   for (int it = 0; it < n_iters; ++it) {
     cp_async_wait<0>();
-    __syncthreads();  // step it landed; every warp is done with step it - 1 (its dS^T written)
+    __syncthreads();  // step it landed; every warp is done with step it - 1 and with dS^T
     if (it + 1 < n_iters) load_step(it + 1, (it + 1) & 1);
     cp_async_commit();
-    if (it > 0) dq_step(it - 1);
 
     const Step step = step_at(it);
     const int h = step.h, m0 = step.m0;
@@ -489,8 +406,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
     for (int nt = 0; nt < kQTiles; ++nt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh)
-        *reinterpret_cast<std::uint32_t*>(ds_tile + (it & 1) * kBlockN * kDsPitch +
-                                          swizzled<kDsPitch>(key_row0 + 8 * hh, nt) +
+        *reinterpret_cast<std::uint32_t*>(ds_tile + swizzled<kDsPitch>(key_row0 + 8 * hh, nt) +
                                           2 * t) = MmaType<T>::pack(s[nt][2 * hh],
                                                                     s[nt][2 * hh + 1]);
 
@@ -509,10 +425,84 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
         mma_16816<T>(acc_dk[2 * dq + 1], da, qb[2], qb[3]);
       }
     }
-  }
-  if (n_iters > 0) {
-    __syncthreads();  // the last step's dS^T
-    dq_step(n_iters - 1);
+    __syncthreads();  // dS^T complete
+
+    // dQ (this warp's kDqRows x kDqCols) = dS K, added to the workspace.
+    {
+      float acc_dq[kDqMTiles][kDqNTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kDqMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kDqNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < kBlockN / 16; ++ks) {
+        std::uint32_t a[kDqMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < kDqMTiles; ++mt)
+          ldmatrix_x4_trans(a[mt], ds_base + (ks * 16 + (mat >> 1) * 8 + mat_row) * kDsPitch * 2 +
+                                       sw_ds.x[mt]);
+#pragma unroll
+        for (int np = 0; np < kDqNTiles / 2; ++np) {
+          std::uint32_t kb[4];
+          ldmatrix_x4_trans(kb, k_base + (ks * 16 + bt_row) * kRowBytes + sw_k.x[np]);
+#pragma unroll
+          for (int mt = 0; mt < kDqMTiles; ++mt) {
+            mma_16816<T>(acc_dq[mt][2 * np], a[mt], kb[0], kb[1]);
+            mma_16816<T>(acc_dq[mt][2 * np + 1], a[mt], kb[2], kb[3]);
+          }
+        }
+      }
+      int* turn = nullptr;
+      if (p.dq_turn != nullptr) {  // deterministic: wait until the earlier key blocks added theirs
+        const int m_block = m0 / kBlockM;
+        turn = p.dq_turn +
+               ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.num_m_blocks + m_block) *
+                   kChunks +
+               chunk;
+        const int my_turn = n_block - first_key_block_seen<kBlockM, kBlockN>(p, m_block, diagonal);
+        if (tid == 0)
+          while (load_acquire(turn) != my_turn) __nanosleep(32);
+        __syncthreads();
+      }
+      float* dq_rows = p.dq_accum +
+                       (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded * kDim;
+#pragma unroll
+      for (int mt = 0; mt < kDqMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kDqNTiles; ++nt) {
+          const float* c = acc_dq[mt][nt];
+          const int col = chunk * kAcc + wn * kDqCols + nt * 8;
+#if __CUDA_ARCH__ >= 900
+          // Lanes t and t ^ 1 trade halves: even t adds row g, columns 2t..2t+3 and odd t row
+          // g + 8, columns 2t-2..2t+1, as one 16-byte vector reduction each (columns past dim
+          // land in the workspace's padding, which nothing reads).
+          const bool odd = (t & 1) != 0;
+          const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
+          const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+          const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+          const int i = m0 + wm * kDqRows + mt * 16 + g + (odd ? 8 : 0);
+          const int d = col + 2 * (t & ~1);
+          if (i < p.len_q && d < p.dim)
+            red_add_v4(dq_rows + static_cast<std::int64_t>(i) * kDim + d, odd ? got0 : c[0],
+                       odd ? got1 : c[1], odd ? c[2] : got0, odd ? c[3] : got1);
+#else
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = m0 + wm * kDqRows + mt * 16 + g + 8 * (e / 2);
+            const int d = col + 2 * t + (e & 1);
+            if (i < p.len_q && d < p.dim)
+              atomicAdd(dq_rows + static_cast<std::int64_t>(i) * kDim + d, c[e]);
+          }
+#endif
+        }
+      if (turn != nullptr) {  // pass the turn on once every thread's adds are done
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) atomicAdd(turn, 1);
+      }
+    }
   }
   cp_async_wait<0>();
 
