@@ -94,23 +94,6 @@ __device__ __forceinline__ std::uint64_t l2_evict_last() {
   return policy;
 }
 
-// Asynchronous shared -> shared copy of `bytes` (a multiple of 16; both addresses 16-byte
-// aligned) that completes on `bar`'s transaction count, like a TMA load.
-__device__ __forceinline__ void bulk_copy_shared(void* dst, const void* src, unsigned bytes,
-                                                 std::uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, "
-      "[%3];\n" ::"r"(smem_address(dst)),
-      "r"(smem_address(src)), "r"(bytes), "r"(smem_address(bar))
-      : "memory");
-}
-
-// Orders this thread's generic-proxy shared-memory accesses before its later async-proxy ones
-// (and, through a barrier, before other threads' async-proxy accesses to the same bytes).
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));

@@ -98,11 +98,7 @@ struct Sm90Barriers {
 
   std::uint64_t k_full[kStages], k_empty[kStages];
   std::uint64_t v_full[kStages], v_empty[kStages];
-  // The tile whose Q the q_full phase announces (-1: no more tiles), element 0. The producer
-  // writes tile_staging and copies it into tile with a bulk copy that completes on q_full like
-  // the Q load, so the consumers' reads are ordered by the same mbarrier as Q's.
-  alignas(16) int tile[4];
-  alignas(16) int tile_staging[4];
+  int tile;  // the tile whose Q the q_full phase announces; -1: no more tiles
 };
 
 // Named barriers: consumer warpgroup w (of n) waits for its turn on kTurnBarrier + w and syncs
@@ -210,15 +206,15 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       };
       if (n_blocks > 0) load_k(0);
       mbarrier_wait(&bars.q_empty, (q_pass & 1) ^ 1);
-      bars.tile_staging[0] = valid ? tile : -1;
-      fence_proxy_async();  // the store above, visible to the bulk copy
-      mbarrier_arrive_expect_tx(&bars.q_full, (n_blocks > 0 ? cfg.q_tile_bytes() : 0) + 16);
-      bulk_copy_shared(bars.tile, bars.tile_staging, 16, &bars.q_full);
+      bars.tile = valid ? tile : -1;
       if (n_blocks > 0) {
+        mbarrier_arrive_expect_tx(&bars.q_full, cfg.q_tile_bytes());
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb)
           tma_load_4d(q_tile + cb * kBlockM * 64, &params.q_map, &bars.q_full, cb * 64,
                       w.coords.m0, w.coords.h, b, read_once);
+      } else {
+        mbarrier_arrive(&bars.q_full);  // an index only (an empty tile, or the end)
       }
       if (!valid) break;
       for (int i = 0; i < n_blocks; ++i) {
@@ -301,16 +297,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   int kv_it = 0;
   for (int q_pass = 0;; ++q_pass) {
     mbarrier_wait(&bars.q_full, q_pass & 1);
-    const int tile_index = bars.tile[0];
-    // The Q slot is released through release_q: the read above (generic proxy) must precede the
-    // producer's next bulk copy into bars.tile (async proxy).
-    auto release_q = [&] {
-      fence_proxy_async();
-      release(&bars.q_empty);
-    };
+    const int tile_index = bars.tile;
     if (tile_index < 0) break;
     const TileWork w = tile_work(tile_index);
-    if (w.n_blocks == 0) release_q();
+    if (w.n_blocks == 0) release(&bars.q_empty);
     const TileCoords& tile = w.coords;
     const int h = tile.h, b = tile.b;
     const int row0 = tile.m0 + consumer * 64 + warp_in_group * 16 + g;  // rows row0, row0 + 8
@@ -422,7 +412,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         wgmma_wait<0>();
         fence_operand(s);
         release(&bars.k_empty[slot]);
-        if (w.n_blocks == 1) release_q();
+        if (w.n_blocks == 1) release(&bars.q_empty);
         softmax(s, w.n_block_begin, rescale);
         to_operand(s, pa);
       }
@@ -438,7 +428,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
         fence_operand(s);
         release(&bars.k_empty[slot]);
-        if (i == w.n_blocks - 1) release_q();
+        if (i == w.n_blocks - 1) release(&bars.q_empty);
         softmax(s, w.n_block_begin + i, rescale);
         wgmma_wait<0>();
         fence_operand(acc_o);
