@@ -170,7 +170,7 @@ int bench(BenchOptions& o) {
   AttentionArgs args = p.args();
   buffers.bind(args);
   const AttentionArgs host_args = args;
-  const DeviceStaging device(buffers, args, ctx);  // --backend cuda: device copies
+  DeviceStaging device(buffers, args, ctx);  // --backend cuda: device copies
 
   if (long_run) std::fprintf(stderr, "tileattn bench: timing the flash kernel ...\n");
   r.flash = time_runs(
@@ -186,12 +186,18 @@ int bench(BenchOptions& o) {
     if (long_run) std::fprintf(stderr, "tileattn bench: timing the backward ...\n");
     const Problem::BackwardBuffers grads = p.make_backward_buffers();
     AttentionBackwardArgs backward_args;
-    static_cast<AttentionArgs&>(backward_args) = host_args;  // out and lse from the forward
+    // out and lse from the forward (on the device for --backend cuda).
+    static_cast<AttentionArgs&>(backward_args) = device.active() ? args : host_args;
     grads.bind(backward_args);
+    device.stage_gradients(grads, backward_args);
     backward_args.deterministic = o.deterministic;
     r.backward = time_runs(
         "tileattn bench: backward", o.warmup, o.iters,
-        [&] { attention_backward(backward_args, ctx); }, o.max_seconds);
+        [&] {
+          attention_backward(backward_args, ctx);
+          device.synchronize();
+        },
+        o.max_seconds);
   }
 
   const double baseline_bytes = NaiveBaseline::bytes_needed(

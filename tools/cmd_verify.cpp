@@ -77,14 +77,21 @@ int verify(VerifyOptions& o) {
   if (o.backward) {
     // Both backwards take the tested forward's out and lse; the reference recomputes its
     // probabilities in double precision and returns f32 gradients.
-    const Problem::BackwardBuffers tested_grads = p.make_backward_buffers();
+    Problem::BackwardBuffers tested_grads = p.make_backward_buffers();
     const Problem::BackwardBuffers reference_grads = p.make_backward_buffers("f32");
     AttentionBackwardArgs backward_args;
     static_cast<AttentionArgs&>(backward_args) = p.args();
     tested.bind(backward_args);  // host buffers (the forward may have run on device copies)
     tested_grads.bind(backward_args);
     backward_args.deterministic = o.deterministic;
-    attention_backward(backward_args, ctx);
+    {
+      // --backend cuda: device copies of the inputs (out and lse included) and gradients.
+      DeviceStaging device(tested, backward_args, ctx, /*upload_outputs=*/true);
+      device.stage_gradients(tested_grads, backward_args);
+      attention_backward(backward_args, ctx);
+      device.fetch_gradients(tested_grads);
+    }
+    tested.bind(backward_args);  // host buffers again for the reference
     reference_grads.bind(backward_args);
     attention_backward(backward_args, ref_ctx);
     std::printf("  backward%s vs reference backward\n", o.deterministic ? " (deterministic)" : "");

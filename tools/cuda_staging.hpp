@@ -1,11 +1,13 @@
 // Device staging for --backend cuda: the tool's buffers live on the host (AttentionBuffers); this
 // copies every present tensor to device memory, points AttentionArgs at the device copies, and
-// copies out (and lse) back. Inactive (a no-op) for the host backends and in builds without CUDA,
-// where the library itself reports that the cuda backend is missing.
+// copies out (and lse) back; for the backward also dout, dq, dk, dv. Inactive (a no-op) for the
+// host backends and in builds without CUDA, where the library itself reports that the cuda
+// backend is missing.
 #pragma once
 
 #include <vector>
 
+#include "options.hpp"
 #include "tensor_io.hpp"
 #include "tileattn/tileattn.hpp"
 
@@ -15,7 +17,9 @@ class DeviceStaging {
  public:
   // Stages `host` when ctx.backend is Backend::cuda and rebinds `args` (already bound to `host`)
   // to the device copies, on device 0. Throws ToolError with CUDA's message on failure.
-  DeviceStaging(const AttentionBuffers& host, AttentionArgs& args, const Context& ctx);
+  // upload_outputs: out and lse are copied up too (inputs of a backward call).
+  DeviceStaging(const AttentionBuffers& host, AttentionArgs& args, const Context& ctx,
+                bool upload_outputs = false);
   ~DeviceStaging();
   DeviceStaging(const DeviceStaging&) = delete;
   DeviceStaging& operator=(const DeviceStaging&) = delete;
@@ -25,6 +29,10 @@ class DeviceStaging {
   void synchronize() const;
   // Synchronises, then copies out and lse from the device into `host`.
   void fetch(AttentionBuffers& host) const;
+  // The backward's tensors: uploads dout, allocates dq, dk, dv and rebinds `args` to them.
+  void stage_gradients(const Problem::BackwardBuffers& host, AttentionBackwardArgs& args);
+  // Synchronises, then copies dq, dk, dv into `host`.
+  void fetch_gradients(Problem::BackwardBuffers& host) const;
 
  private:
   struct Copy {
@@ -34,7 +42,9 @@ class DeviceStaging {
   bool active_ = false;
   void* stream_ = nullptr;
   std::vector<Copy> copies_;  // every allocation, freed by the destructor
-  Copy out_, lse_;
+  Copy out_, lse_, dq_, dk_, dv_;
+  Copy stage(const HostTensor& t, Tensor& view, bool upload);
+  void download(const Copy& c, HostTensor& t) const;
 };
 
 }  // namespace tileattn::tools

@@ -3,9 +3,11 @@
 // heads = 2048 / D (so every shape holds 16k tokens x 2048 channels). FLOPs = 4 B H L^2 D, halved
 // for causal. Each figure is the median of --iters runs, each timed with its own pair of CUDA
 // events after --warmup runs. Writes one JSON record per shape (--json) and prints a table.
+// --backward 1 times attention_backward instead (out and lse from one forward call first; the
+// call includes its preprocessing and dQ conversion kernels), counting 2.5x the forward FLOPs.
 //
 //   tileattn_gpu_bench [--dims 64,128,256] [--lengths 512,...,16384] [--iters 30] [--warmup 5]
-//                      [--json out.json] [--label tileattn]
+//                      [--json out.json] [--label tileattn] [--backward 0|1] [--deterministic 0|1]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
   std::vector<int> lengths = {512, 1024, 2048, 4096, 8192, 16384};
   int iters = 30, warmup = 5;
   std::string json_path, label = "tileattn";
+  bool backward = false, deterministic = false;
   for (int a = 1; a + 1 < argc; a += 2) {
     const std::string flag = argv[a];
     if (flag == "--dims")
@@ -75,6 +78,10 @@ int main(int argc, char** argv) {
       json_path = argv[a + 1];
     else if (flag == "--label")
       label = argv[a + 1];
+    else if (flag == "--backward")
+      backward = std::stoi(argv[a + 1]) != 0;
+    else if (flag == "--deterministic")
+      deterministic = std::stoi(argv[a + 1]) != 0;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -87,10 +94,17 @@ int main(int argc, char** argv) {
 
   const std::size_t elems = static_cast<std::size_t>(kTokens * kChannels);
   std::vector<std::uint16_t> host(elems);
-  void *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr;
+  void *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *dout = nullptr, *dq = nullptr,
+       *dk = nullptr, *dv = nullptr, *lse = nullptr;
   for (void** p : {&q, &k, &v, &out}) check(cudaMalloc(p, elems * 2), "cudaMalloc");
+  if (backward) {
+    for (void** p : {&dout, &dq, &dk, &dv}) check(cudaMalloc(p, elems * 2), "cudaMalloc");
+    // lse: [B, H, L] f32 = tokens x heads floats; at most tokens x 2048 / 64 heads.
+    check(cudaMalloc(&lse, static_cast<std::size_t>(kTokens) * (kChannels / 64) * 4), "cudaMalloc");
+  }
   int seed = 1;
-  for (void* p : {q, k, v}) {
+  for (void* p : {q, k, v, backward ? dout : nullptr}) {
+    if (p == nullptr) continue;
     fill_random(host, static_cast<std::uint64_t>(seed++));
     check(cudaMemcpy(p, host.data(), elems * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
   }
@@ -121,10 +135,32 @@ int main(int argc, char** argv) {
         tileattn::Context ctx;
         ctx.backend = tileattn::Backend::cuda;
         ctx.cuda_stream = stream;
-        for (int w = 0; w < warmup; ++w) tileattn::attention_forward(args, ctx);
+        tileattn::AttentionBackwardArgs bargs;
+        if (backward) {
+          args.lse = tileattn::make_tensor(lse, tileattn::DType::f32, {B, H, L},
+                                           tileattn::Device::cuda);
+          tileattn::attention_forward(args, ctx);
+          static_cast<tileattn::AttentionArgs&>(bargs) = args;
+          const auto grad = [&](void* data) {
+            return tileattn::make_tensor(data, tileattn::DType::bf16, {B, L, H, D},
+                                         tileattn::Device::cuda);
+          };
+          bargs.dout = grad(dout);
+          bargs.dq = grad(dq);
+          bargs.dk = grad(dk);
+          bargs.dv = grad(dv);
+          bargs.deterministic = deterministic;
+        }
+        const auto run = [&] {
+          if (backward)
+            tileattn::attention_backward(bargs, ctx);
+          else
+            tileattn::attention_forward(args, ctx);
+        };
+        for (int w = 0; w < warmup; ++w) run();
         for (int i = 0; i < iters; ++i) {
           check(cudaEventRecord(events[2 * i], stream), "cudaEventRecord");
-          tileattn::attention_forward(args, ctx);
+          run();
           check(cudaEventRecord(events[2 * i + 1], stream), "cudaEventRecord");
         }
         check(cudaStreamSynchronize(stream), "run");
@@ -134,20 +170,21 @@ int main(int argc, char** argv) {
         std::sort(ms.begin(), ms.end());
         const double median = ms[ms.size() / 2];
         const double flops = 4.0 * static_cast<double>(B * H) * L * static_cast<double>(L) * D /
-                             (causal ? 2.0 : 1.0);
+                             (causal ? 2.0 : 1.0) * (backward ? 2.5 : 1.0);
         const double tflops = flops / (median * 1e-3) / 1e12;
         // The kernel the dispatcher picks: sm90 (wgmma + TMA) on compute capability 9.0 for
         // 16-bit inputs unless TILEATTN_CUDA_DISABLE_SM90=1, else sm80 (mma.sync).
         const int bucket = tileattn::cuda::head_dim_bucket(D);
         const char* disable = std::getenv("TILEATTN_CUDA_DISABLE_SM90");
-        const bool sm90 = prop.major == 9 && prop.minor == 0 &&
+        const bool sm90 = !backward && prop.major == 9 && prop.minor == 0 &&
                           !(disable != nullptr && std::strcmp(disable, "1") == 0);
         const auto cfg = tileattn::cuda::tile_config(bucket);
         const auto cfg90 = tileattn::cuda::sm90_tile_config(tileattn::cuda::sm90_bucket(D));
-        const int block_m = sm90 ? cfg90.block_m : cfg.block_m;
-        const int block_n = sm90 ? cfg90.block_n : cfg.block_n;
-        const int warps = sm90 ? cfg90.consumer_warp_groups * 4 : cfg.warps;
-        const int stages = sm90 ? cfg90.stages : cfg.stages;
+        const auto cfg_bwd = tileattn::cuda::bwd_tile_config(tileattn::cuda::bwd_bucket(D));
+        const int block_m = backward ? cfg_bwd.block_m : sm90 ? cfg90.block_m : cfg.block_m;
+        const int block_n = backward ? cfg_bwd.block_n() : sm90 ? cfg90.block_n : cfg.block_n;
+        const int warps = backward ? cfg_bwd.warps : sm90 ? cfg90.consumer_warp_groups * 4 : cfg.warps;
+        const int stages = backward ? 2 : sm90 ? cfg90.stages : cfg.stages;
         std::printf("%5d %6d %6d %4lld %4lld %10.4f %9.1f  %s %d x %d, %d, %d\n", D, causal, L,
                     static_cast<long long>(B), static_cast<long long>(H), median, tflops,
                     sm90 ? "sm90" : "sm80", block_m, block_n, warps, stages);
@@ -157,13 +194,15 @@ int main(int argc, char** argv) {
              << ", \"ms_min\": " << ms.front() << ", \"tflops\": " << tflops << ", \"kernel\": \""
              << (sm90 ? "sm90" : "sm80") << "\", \"block_m\": " << block_m
              << ", \"block_n\": " << block_n << ", \"warps\": " << warps
-             << ", \"stages\": " << stages << "}";
+             << ", \"stages\": " << stages << ", \"pass\": \""
+             << (backward ? "backward" : "forward") << "\"}";
         first = false;
       }
   json << "\n]\n";
   if (!json_path.empty()) std::ofstream(json_path) << json.str();
   for (auto& e : events) cudaEventDestroy(e);
   cudaStreamDestroy(stream);
-  for (void* p : {q, k, v, out}) cudaFree(p);
+  for (void* p : {q, k, v, out, dout, dq, dk, dv, lse})
+    if (p != nullptr) cudaFree(p);
   return 0;
 }

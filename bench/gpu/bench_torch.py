@@ -1,6 +1,7 @@
 """PyTorch SDPA on the same grid as bench_flash.cpp: bf16, BSHD storage seen as [B, H, L, D],
 FlashAttention-2 and cuDNN back ends, median of --iters runs timed with CUDA events after
---warmup runs. Writes one JSON record per (backend, shape)."""
+--warmup runs. Writes one JSON record per (backend, shape). --backward times the backward pass
+(torch.autograd.grad of one forward's output, graph kept) with 2.5x the forward FLOPs."""
 import argparse
 import json
 import statistics
@@ -32,6 +33,7 @@ def main():
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json", default="")
+    ap.add_argument("--backward", type=int, default=0)
     args = ap.parse_args()
     dims = [int(x) for x in args.dims.split(",")]
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -49,11 +51,21 @@ def main():
                 B = TOKENS // L
                 q, k, v = (t.view(B, L, H, D).transpose(1, 2) for t in base)  # [B, H, L, D] views
                 flops = 4.0 * B * H * L * L * D / (2.0 if causal else 1.0)
+                if args.backward:
+                    flops *= 2.5
+                    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+                    dout = torch.randn_like(q)
                 for name, backend in backends.items():
-                    rec = {"impl": name, "D": D, "causal": causal, "L": L, "B": B, "H": H}
+                    rec = {"impl": name, "D": D, "causal": causal, "L": L, "B": B, "H": H,
+                           "pass": "backward" if args.backward else "forward"}
                     try:
                         with sdpa_kernel(backend):
-                            fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            if args.backward:
+                                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                                fn = lambda: torch.autograd.grad(out, (q, k, v), dout,
+                                                                 retain_graph=True)
+                            else:
+                                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                             ms = time_ms(fn, args.iters, args.warmup)
                         rec.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
                     except Exception as e:  # a back end that refuses a shape is recorded, not fatal

@@ -123,10 +123,10 @@ struct AttentionArgs {
 struct AttentionBackwardArgs : AttentionArgs {
   Tensor dout;
   Tensor dq, dk, dv;
-  // Bitwise-identical gradients from run to run and for any thread count. On the CPU, dq then
-  // takes its key blocks' contributions in a fixed order, so threads sometimes wait for each
-  // other (measured: no cost to ~15% slower, docs/semantics.md); without it dk and dv are still
-  // deterministic but dq's summation order follows the thread schedule.
+  // Bitwise-identical gradients from run to run (CPU: also for any thread count). dq then takes
+  // its key blocks' contributions in a fixed order, so threads (CPU) or CTAs (CUDA) sometimes
+  // wait for each other (costs in docs/semantics.md); without it dk and dv are still
+  // deterministic but dq's summation order follows the schedule.
   bool deterministic = false;
 };
 
@@ -159,7 +159,8 @@ void attention_forward(const AttentionArgs& args, const Context& ctx = {});
 
 // Computes dq, dk, dv (FlashAttention-2's algorithm: the probabilities are recomputed blockwise
 // from q, k and lse; no Lq x Lk buffer on the CPU). Throws tileattn::Error on invalid arguments
-// (nothing written); the cuda backend has no backward yet and throws.
+// (nothing written). The cuda backend enqueues on ctx.cuda_stream and takes a stream-ordered f32
+// workspace (about 4 x B x Hq x Lq x D bytes) from a pool the library keeps per device.
 void attention_backward(const AttentionBackwardArgs& args, const Context& ctx = {});
 
 // What the library was built with and what this machine offers.

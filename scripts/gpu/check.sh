@@ -3,15 +3,16 @@
 # against the CPU reference, compute-sanitizer memcheck + racecheck on the small cases, then the
 # benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
 #
-#   bash scripts/gpu/check.sh [stages]      stages: any of build test sanitize bench (default all)
+#   bash scripts/gpu/check.sh [stages]   stages: any of build test sanitize bench bench_bwd (default
+#                                        all; bench_bwd: the backward vs PyTorch FA2 and cuDNN)
 #
 # Before a device call run scripts/gpu/prepare.sh here and carry .gpu-deps.
 # Environment: OUT (results folder; default build-gpu/out), JOBS (default nproc), CTEST_REGEX
 # (unset: the GPU test binary only; "." adds every CTest suite), BENCH_DIMS, BENCH_LENGTHS,
-# BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper), BENCH_VARIANTS (see below). Writes at most 8 files under
-# $OUT (the device tool's limit): summary.txt, test.log, sanitizer.log, sass.txt,
-# bench_tileattn.json, bench_tileattn_sm80.json, bench_torch.json, bench.json (build.log only
-# when the build fails). Prints the benchmark table last.
+# BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper), BENCH_VARIANTS (see below),
+# BENCH_BWD_DIMS, BENCH_BWD_LENGTHS. Writes few files under $OUT (the device tool's limit):
+# summary.txt, test.log, sanitizer.log, sass.txt, bench_tileattn.json, bench_tileattn_sm80.json,
+# bench_torch.json, bench.json, bench_bwd.json (build.log only when the build fails).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -19,7 +20,7 @@ JOBS=${JOBS:-$(nproc)}
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 OUT=${OUT:-$BUILD/out}
 mkdir -p "$OUT"
-STAGES=${*:-build test sanitize bench}
+STAGES=${*:-build test sanitize bench bench_bwd}
 export PATH=/usr/local/cuda/bin:$PATH
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -94,15 +95,22 @@ if has_stage test; then
   for sm80_only in 0 1; do
     echo "=== TILEATTN_CUDA_DISABLE_SM90=$sm80_only" >>"$OUT/test.log"
     # A hang (e.g. a pipeline deadlock) must not eat the device budget: 300 s is ~15x a pass.
-    TILEATTN_CUDA_DISABLE_SM90=$sm80_only timeout 300 "$TESTS" --gtest_brief=1 >/tmp/test.log 2>&1
+    # The backward has one kernel (sm80) whatever the switch: it runs in the first pass only.
+    filter='*'
+    [[ $sm80_only == 1 ]] && filter='-*Backward*'
+    TILEATTN_CUDA_DISABLE_SM90=$sm80_only timeout 300 "$TESTS" --gtest_brief=1 \
+      --gtest_filter="$filter" >/tmp/test.log 2>&1
     rc=$?
     cat /tmp/test.log >>"$OUT/test.log"
     note "-- GPU tests (TILEATTN_CUDA_DISABLE_SM90=$sm80_only): rc $rc: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)  \] [0-9]+' /tmp/test.log | tr '\n' ' ')"
     grep -E "^\[  FAILED  \] " /tmp/test.log | head -30 | tee -a "$SUMMARY"
     [[ $rc != 0 ]] && status=1
     # Worst relative errors: dtype, out dtype, case, rel_l2, naive rel_l2.
-    grep "\[ stats \]" /tmp/test.log | awk '{print $5, $7, $8, $10, $14}' | sort -k4 -g | tail -3 |
-      sed 's/^/   largest rel_l2: /' | tee -a "$SUMMARY"
+    grep "\[ stats \] cuda [a-z0-9]* out" /tmp/test.log | awk '{print $5, $7, $8, $10, $14}' |
+      sort -k4 -g | tail -3 | sed 's/^/   largest rel_l2: /' | tee -a "$SUMMARY"
+    # Backward: dtype, case, dq / dk / dv rel_l2 (own error, naive), worst dq last.
+    grep "\[ stats \] cuda backward" /tmp/test.log | cut -d' ' -f5- | sort -t' ' -k4 -g | tail -3 |
+      sed 's/^/   backward, largest dq rel_l2: /' | tee -a "$SUMMARY"
   done
   note "   ($(($(date +%s) - start)) s)"
   if [[ -n ${CTEST_REGEX:-} ]]; then  # the CPU suites too, e.g. CTEST_REGEX=.
@@ -154,6 +162,38 @@ if has_stage bench; then
   head -1 /tmp/bench_torch.log | tee -a "$SUMMARY"
   python3 bench/gpu/compare.py "$OUT"/bench_tileattn*.json "${variant_files[@]}" "$OUT/bench_torch.json" \
     --json "$OUT/bench.json" | tee -a "$SUMMARY"
+fi
+if has_stage bench_bwd; then  # the backward: tileattn (sm80 kernel) vs PyTorch FA2 and cuDNN
+  dims=${BENCH_BWD_DIMS:-64,128}
+  lengths=${BENCH_BWD_LENGTHS:-1024,2048,4096,8192,16384}
+  iters=${BENCH_ITERS:-30}
+  timeout 300 "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$dims" --lengths "$lengths" \
+    --iters "$iters" --json /tmp/bench_bwd_tileattn.json >>"$SUMMARY" 2>&1 ||
+    { note "-- tileattn backward bench failed"; status=1; }
+  PYTHONUNBUFFERED=1 timeout 300 python3 bench/gpu/bench_torch.py --backward 1 --dims "$dims" \
+    --lengths "$lengths" --iters "$iters" --json /tmp/bench_bwd_torch.json >/tmp/bench_bwd_torch.log 2>&1 ||
+    { note "-- torch backward bench failed"; tail -5 /tmp/bench_bwd_torch.log | tee -a "$SUMMARY"; }
+  # The deterministic mode on the same grid (extra column tileattn_deterministic).
+  timeout 300 "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --deterministic 1 --dims "$dims" \
+    --lengths "$lengths" --iters "$iters" --label tileattn_deterministic \
+    --json /tmp/bench_bwd_det.json >/tmp/bench_bwd_det.log 2>&1 || note "-- deterministic bench failed"
+  note "-- backward (2.5x forward FLOPs):"
+  python3 bench/gpu/compare.py /tmp/bench_bwd_tileattn.json /tmp/bench_bwd_det.json /tmp/bench_bwd_torch.json \
+    --json "$OUT/bench_bwd.json" | tee -a "$SUMMARY"
+fi
+if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's and PyTorch FA2's
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  sections=(--section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats
+            --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis)
+  D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
+  timeout 200 "$NCU" --kernel-name regex:flash_bwd_kernel --launch-count 1 "${sections[@]}" \
+    "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$L" --iters 1 \
+    --warmup 0 >"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (tileattn) failed"
+  timeout 200 "$NCU" --kernel-name regex:flash_bwd_dq_dk_dv --launch-count 1 "${sections[@]}" \
+    python3 bench/gpu/bench_torch.py --backward 1 --dims "$D" --lengths "$L" --iters 1 --warmup 0 \
+    >>"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (torch) failed"
+  grep -E "^  [a-z_]+.*Context|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|L1/TEX Hit|Executed Ipc A" \
+    "$OUT/ncu_bwd.txt" | tee -a "$SUMMARY"
 fi
 note "== done, status $status"
 exit $status

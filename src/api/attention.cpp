@@ -132,9 +132,17 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
 void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
   const detail::AttnBackwardParams p = detail::validate_backward(args);
   const Backend backend = resolve_backend(ctx, p.device);
-  if (backend == Backend::cuda)
-    throw Error("tileattn: argument 'ctx.backend': attention_backward is not implemented yet on "
-                "the cuda backend (use the cpu or reference backend with host tensors)");
+  if (backend == Backend::cuda) {
+#if defined(TILEATTN_WITH_CUDA)
+    if (p.device != Device::cuda)
+      throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
+    detail::cuda_flash_backward(p, ctx.cuda_stream);
+    return;
+#else
+    throw Error("tileattn: argument 'ctx.backend': this build has no CUDA backend "
+                "(configure with -DTILEATTN_CUDA=ON)");
+#endif
+  }
   if (p.device != Device::cpu)
     throw Error(std::string("tileattn: argument 'ctx.backend': the ") + to_string(backend) +
                 " backend needs host tensors");

@@ -1,4 +1,4 @@
-// CUDA backend entry point, called by attention_forward for device tensors (src/api/attention.cpp).
+// CUDA backend entry points, called by attention_forward and attention_backward for device tensors (src/api/attention.cpp).
 #pragma once
 
 #include "api/params.hpp"
@@ -8,5 +8,10 @@ namespace tileattn::detail {
 // Enqueues the forward pass on `stream` (a cudaStream_t; nullptr = the default stream). No host
 // synchronisation, no allocation. CUDA failures are thrown as tileattn::Error with CUDA's message.
 void cuda_flash_forward(const AttnParams& p, void* stream);
+
+// Enqueues the backward pass (dq, dk, dv) on `stream`. No host synchronisation; its f32
+// workspace (about 4 x B x Hq x Lq x D bytes) comes from a stream-ordered pool that the library
+// keeps per device. Deterministic mode orders dQ's additions (docs/semantics.md).
+void cuda_flash_backward(const AttnBackwardParams& p, void* stream);
 
 }  // namespace tileattn::detail

@@ -252,8 +252,9 @@ TEST_F(BackwardValidation, BadDropout) {
   }
 }
 
-TEST_F(BackwardValidation, CudaBackwardIsNotImplemented) {
-  expect_error(args(), "ctx.backend", "not implemented yet", {Backend::cuda});
+TEST_F(BackwardValidation, CudaBackendWithHostTensors) {
+  expect_error(args(), "ctx.backend",
+               build_info().cuda ? "needs device tensors" : "no CUDA backend", {Backend::cuda});
 }
 
 TEST_F(BackwardValidation, NegativeThreads) {

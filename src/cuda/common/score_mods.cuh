@@ -30,9 +30,12 @@ __device__ __forceinline__ std::int64_t mask_row_offset(const FlashFwdParams& p,
   return b * p.mask_stride_b + h * p.mask_stride_h + static_cast<std::int64_t>(i) * p.mask_stride_q;
 }
 
-// x: the raw score of key column j in row r.
+// x: the raw score of key column j in row r. softcap_grad receives d(capped score) / d(scaled
+// score) = 1 - tanh^2 (1 without a softcap), the factor the backward pass needs.
 __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
-                                                    const GeneralScoreRow& r, int j, float x) {
+                                                    const GeneralScoreRow& r, int j, float x,
+                                                    float& softcap_grad) {
+  softcap_grad = 1.0f;
   if (r.i >= p.len_q || j < r.first || j >= r.last) return -INFINITY;
   float mask_add = 0.0f;
   if (p.mask != nullptr) {
@@ -43,10 +46,35 @@ __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
       return -INFINITY;
   }
   float score = x * p.scale;
-  if (p.softcap > 0.0f) score = p.softcap * tanhf(score / p.softcap);
+  if (p.softcap > 0.0f) {
+    const float capped = tanhf(score / p.softcap);
+    score = p.softcap * capped;
+    softcap_grad = 1.0f - capped * capped;
+  }
   const int distance = r.distance0 - j;
   score -= r.slope * static_cast<float>(distance < 0 ? -distance : distance);
   return (score + mask_add) * kLog2e;
+}
+
+__device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
+                                                    const GeneralScoreRow& r, int j, float x) {
+  float unused;
+  return general_score_log2(p, r, j, x, unused);
+}
+
+__device__ __forceinline__ detail::DropoutParams dropout_params(const FlashFwdParams& p) {
+  detail::DropoutParams d;
+  d.seed = p.dropout_seed;
+  d.offset = p.dropout_offset;
+  d.threshold = p.dropout_threshold;
+  d.keep_scale = p.dropout_keep_scale;
+  d.heads_q = p.heads_q;
+  return d;
+}
+
+// Whether dropout keeps element (b, h, i, j) (one Philox call decides four keys; one is used).
+__device__ __forceinline__ bool dropout_keeps(const FlashFwdParams& p, int b, int h, int i, int j) {
+  return detail::dropout_keeps(dropout_params(p), b, h, i, j);
 }
 
 // Dropout of one lane's probabilities in an m16n8 C fragment row: keys j0 and j0 + 1 (j0 even,
@@ -54,12 +82,7 @@ __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
 // scaled by keep_scale, dropped ones become 0; the running sum has already taken them undropped.
 __device__ __forceinline__ void apply_dropout_pair(const FlashFwdParams& p, int b, int h, int i,
                                                    int j0, float& x0, float& x1) {
-  detail::DropoutParams d;
-  d.seed = p.dropout_seed;
-  d.offset = p.dropout_offset;
-  d.threshold = p.dropout_threshold;
-  d.keep_scale = p.dropout_keep_scale;
-  d.heads_q = p.heads_q;
+  const detail::DropoutParams d = dropout_params(p);
   const detail::Philox4x32 words = detail::dropout_words(d, b, h, i, j0 >> 2);
   const int n = j0 & 3;  // 0 or 2
   x0 = words.v[n] >= d.threshold ? x0 * d.keep_scale : 0.0f;

@@ -26,6 +26,15 @@ struct TileCoords {
   }
 };
 
+// Valid key length of batch entry b: key_lengths[b] clamped to [0, len_k], or len_k.
+template <typename Params>
+__device__ int key_length(const Params& p, int b) {
+  if (p.key_lengths == nullptr) return p.len_k;
+  const std::int64_t len = p.key_lengths_i64 ? static_cast<const std::int64_t*>(p.key_lengths)[b]
+                                             : static_cast<const std::int32_t*>(p.key_lengths)[b];
+  return static_cast<int>(len < 0 ? 0 : (len > p.len_k ? p.len_k : len));
+}
+
 // Coordinates of query block m_block of (batch, head) pair bh = b * heads_q + h.
 template <int kBlockM, typename Params>
 __device__ TileCoords tile_coords_at(const Params& p, int m_block, int bh) {
@@ -36,13 +45,7 @@ __device__ TileCoords tile_coords_at(const Params& p, int m_block, int bh) {
   t.hk = t.h / p.heads_per_kv;
   t.m0 = t.m_block * kBlockM;
   t.rows_in_block = min(kBlockM, p.len_q - t.m0);
-  t.klen = p.len_k;
-  if (p.key_lengths != nullptr) {
-    const std::int64_t len = p.key_lengths_i64
-                                 ? static_cast<const std::int64_t*>(p.key_lengths)[t.b]
-                                 : static_cast<const std::int32_t*>(p.key_lengths)[t.b];
-    t.klen = static_cast<int>(len < 0 ? 0 : (len > p.len_k ? p.len_k : len));
-  }
+  t.klen = key_length(p, t.b);
   t.diagonal = p.bottom_right ? t.klen - p.len_q : 0;
   t.window_left = p.window_left;
   t.window_right = p.window_right;

@@ -1,5 +1,5 @@
-// Every tile choice of the forward kernels (sm80 and sm90), per head-dim bucket. The dispatcher,
-// the kernel, the benchmark and docs/perf/gpu.md all read this one function.
+// Every tile choice of the CUDA kernels (sm80 and sm90 forward, sm80 backward), per head-dim
+// bucket. The dispatchers, the kernels, the benchmark and docs/perf/gpu.md all read this file.
 #pragma once
 
 namespace tileattn::cuda {
@@ -75,6 +75,46 @@ constexpr Sm90TileConfig sm90_tile_config(int bucket) {
     case 128: return {128, 128, 128, 2, 2, 24, 240};  // 194 KB
     case 256: return {256, 128, 80, 2, 2, 24, 240};   // 226 KB
     default: return {0, 0, 0, 0, 0, 0, 0};
+  }
+}
+
+// The sm80 backward kernel (mma.sync): one CTA owns block_n = 16 x warps keys of one kv head
+// (each warp 16 keys: S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dK += dS^T Q with the key rows
+// in the mma's M dimension, so P^T and dS^T feed the next GEMM from registers) and visits the
+// query blocks of block_m rows that see them, double-buffering Q, dO, lse and delta with
+// cp.async. dQ = dS K goes through shared memory (dS^T) and f32 atomics. dK/dV accumulate
+// acc_dim columns in registers; wider heads run head_dim / acc_dim column chunks as separate
+// CTAs (each recomputes S and dP).
+inline constexpr int kBwdHeadDimBuckets[] = {64, 128, 256};
+
+constexpr int bwd_bucket(int dim) {
+  return dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
+}
+
+struct BwdTileConfig {
+  int head_dim;    // padded head dim (bucket) of D and Dv
+  int block_m;     // query rows per step
+  int warps;       // 16 keys each
+  int acc_dim;     // dK/dV columns per CTA
+  int min_blocks;  // __launch_bounds__ minimum CTAs per SM
+
+  constexpr int threads() const { return warps * 32; }
+  constexpr int block_n() const { return warps * 16; }
+  constexpr int chunks() const { return head_dim / acc_dim; }
+  constexpr int ds_pitch() const { return block_m < 64 ? 64 : block_m; }
+  // K, V tiles; two stages of (Q, dO) tiles; the dS^T tile; two stages of (lse, delta) rows.
+  constexpr int smem_bytes() const {
+    return (2 * block_n() * head_dim + 2 * 2 * block_m * head_dim + block_n() * ds_pitch()) * 2 +
+           2 * 2 * block_m * 4;
+  }
+};
+
+constexpr BwdTileConfig bwd_tile_config(int bucket) {
+  switch (bucket) {
+    case 64: return {64, 128, 8, 64, 1};    // 129 KB shared memory
+    case 128: return {128, 64, 8, 128, 1};  // 145 KB
+    case 256: return {256, 32, 4, 128, 1};  // 139 KB, two column chunks
+    default: return {0, 0, 0, 0, 0};
   }
 }
 

@@ -22,43 +22,9 @@
 #include "cuda/common/tile_coords.cuh"
 #include "cuda/sm80/flash_fwd_config.hpp"
 #include "cuda/sm80/flash_fwd_params.hpp"
+#include "cuda/sm80/tile_io.cuh"
 
 namespace tileattn::cuda {
-
-// Shared-memory offset (elements) of 16-byte chunk `chunk` of tile row `row`: the chunk index is
-// XOR-ed with row % 8, so the 8 row addresses of one ldmatrix hit 8 different bank groups.
-template <int kPitch>
-__device__ __forceinline__ int swizzled(int row, int chunk) {
-  return row * kPitch + ((chunk ^ (row & 7)) << 3);
-}
-
-// Copies a (kRows, head_dim) tile from global memory (row stride `stride_l` elements) into shared
-// memory, zero-filling rows >= rows_valid and columns >= cols_valid. The 16-byte cp.async path is
-// asynchronous (completes with the commit group); the element path (unaligned strides, head dims
-// not a multiple of 8, f32 inputs converted to T) stores synchronously.
-template <typename T, int kRows, int kDim, int kPitch, int kThreads>
-__device__ __forceinline__ void load_tile(T* tile, const char* src, std::int64_t stride_l,
-                                          int rows_valid, int cols_valid, const FlashFwdParams& p) {
-  const int tid = static_cast<int>(threadIdx.x);
-  if (p.vector_loads) {
-    constexpr int kChunks = kDim / 8;
-    const T* base = reinterpret_cast<const T*>(src);
-#pragma unroll
-    for (int idx = tid; idx < kRows * kChunks; idx += kThreads) {
-      const int row = idx / kChunks, chunk = idx % kChunks;
-      const bool valid = row < rows_valid && chunk * 8 < cols_valid;
-      const T* from = valid ? base + row * stride_l + chunk * 8 : base;
-      cp_async_16(smem_address(tile + swizzled<kPitch>(row, chunk)), from, valid ? 16 : 0);
-    }
-  } else {
-    for (int idx = tid; idx < kRows * kDim; idx += kThreads) {
-      const int row = idx / kDim, col = idx % kDim;
-      float x = 0.0f;
-      if (row < rows_valid && col < cols_valid) x = load_elem(src, row * stride_l + col, p.in_type);
-      tile[swizzled<kPitch>(row, col >> 3) + (col & 7)] = MmaType<T>::from_float(x);
-    }
-  }
-}
 
 template <typename T, int kBucket, bool kGeneral>
 __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kBucket).min_blocks)
@@ -106,14 +72,14 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
     T* v_tile = k_tile + kBlockN * kPitch;
     const int n0 = n_block * kBlockN, rows = min(kBlockN, klen - n0);
     load_tile<T, kBlockN, kDim, kPitch, kThreads>(k_tile, k_src + n0 * p.k_stride_l * esize,
-                                                  p.k_stride_l, rows, p.dim, p);
+                                                  p.k_stride_l, rows, p.dim, p.vector_loads, p.in_type);
     load_tile<T, kBlockN, kDim, kPitch, kThreads>(v_tile, v_src + n0 * p.v_stride_l * esize,
-                                                  p.v_stride_l, rows, p.dim_v, p);
+                                                  p.v_stride_l, rows, p.dim_v, p.vector_loads, p.in_type);
   };
 
   // Prologue: Q and the first stages - 1 K/V blocks, one commit group per block.
   load_tile<T, kBlockM, kDim, kPitch, kThreads>(q_tile, q_src, p.q_stride_l, rows_in_block, p.dim,
-                                                p);
+                                                p.vector_loads, p.in_type);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (n_block_begin + s < n_block_end) load_kv(n_block_begin + s, s);

@@ -1,0 +1,112 @@
+// Host side of the CUDA backward: AttnBackwardParams -> FlashBwdParams, the per-call workspace
+// (stream-ordered), choice of the instantiation (element type, head-dim bucket, fast or general
+// score path), launch, error reporting. Device code: src/cuda/sm80/flash_bwd_kernel.cuh.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "cuda/cuda_forward.hpp"
+#include "cuda/cuda_host.hpp"
+#include "cuda/sm80/flash_bwd_launch.hpp"
+#include "cuda/sm80/flash_bwd_params.hpp"
+#include "cuda/sm80/flash_fwd_config.hpp"
+
+namespace tileattn::detail {
+namespace {
+
+// len_q_padded: a multiple of every block_m, so a query block's lse and delta rows never run
+// past its (b, h) row of the workspace.
+constexpr std::int64_t kWorkspaceRowAlign = 128;
+
+bool dout_vector_loads_ok(const AttnBackwardParams& p) {
+  return p.dout_dtype == p.dtype && p.dtype != DType::f32 && p.dim_v % 8 == 0 &&
+         aligned16(p.dout) && p.do_stride_b % 8 == 0 && p.do_stride_l % 8 == 0 &&
+         p.do_stride_h % 8 == 0;
+}
+
+template <typename T, int kBucket>
+cudaError_t launch_bucket(const cuda::FlashBwdParams& k, bool general, cudaStream_t stream) {
+  return general ? cuda::launch_flash_bwd<T, kBucket, true>(k, stream)
+                 : cuda::launch_flash_bwd<T, kBucket, false>(k, stream);
+}
+
+// f32 storage runs the bf16 kernel (tiles converted on load, f32 accumulation), as the forward.
+template <typename T>
+cudaError_t launch_type(int bucket, const cuda::FlashBwdParams& k, bool general,
+                        cudaStream_t stream) {
+  switch (bucket) {
+    case 64: return launch_bucket<T, 64>(k, general, stream);
+    case 128: return launch_bucket<T, 128>(k, general, stream);
+    default: return launch_bucket<T, 256>(k, general, stream);
+  }
+}
+
+}  // namespace
+
+void cuda_flash_backward(const AttnBackwardParams& p, void* stream) {
+  const int bucket = cuda::bwd_bucket(static_cast<int>(std::max(p.dim, p.dim_v)));
+  const cuda::BwdTileConfig cfg = cuda::bwd_tile_config(bucket);
+  const std::int64_t len_q_padded =
+      (p.len_q + kWorkspaceRowAlign - 1) / kWorkspaceRowAlign * kWorkspaceRowAlign;
+  const std::int64_t n_blocks = (p.len_k + cfg.block_n() - 1) / cfg.block_n();
+  const std::int64_t m_blocks = (p.len_q + cfg.block_m - 1) / cfg.block_m;
+  const std::int64_t workspace_rows = p.batch * p.heads_q * len_q_padded;
+  if (p.len_q > INT_MAX - 256 || p.len_k > INT_MAX - 256 ||
+      n_blocks * cfg.chunks() * p.heads_kv * p.batch > INT_MAX ||
+      workspace_rows / kWorkspaceRowAlign > INT_MAX)
+    throw Error(
+        "tileattn: argument 'q': the CUDA backend supports sequence lengths and "
+        "batch x heads x blocks below 2^31");
+
+  cuda::FlashBwdParams k{};
+  static_cast<cuda::FlashFwdParams&>(k) = make_fwd_params(p, cfg.block_m);
+  k.dout = p.dout;
+  k.dq = p.dq;
+  k.dk = p.dk;
+  k.dv = p.dv;
+  k.do_stride_b = p.do_stride_b, k.do_stride_l = p.do_stride_l, k.do_stride_h = p.do_stride_h;
+  k.dq_stride_b = p.dq_stride_b, k.dq_stride_l = p.dq_stride_l, k.dq_stride_h = p.dq_stride_h;
+  k.dk_stride_b = p.dk_stride_b, k.dk_stride_l = p.dk_stride_l, k.dk_stride_h = p.dk_stride_h;
+  k.dv_stride_b = p.dv_stride_b, k.dv_stride_l = p.dv_stride_l, k.dv_stride_h = p.dv_stride_h;
+  k.dout_type = elem_type(p.dout_dtype);
+  k.dq_type = elem_type(p.dq_dtype);
+  k.dk_type = elem_type(p.dk_dtype);
+  k.dv_type = elem_type(p.dv_dtype);
+  k.dout_vector_loads = dout_vector_loads_ok(p);
+  k.heads_kv = static_cast<int>(p.heads_kv);
+  k.num_n_blocks = static_cast<int>(n_blocks);
+  k.len_q_padded = static_cast<int>(len_q_padded);
+
+  // Workspace: dQ accumulator, delta, lse * log2(e), and the deterministic mode's turn counters.
+  const std::size_t accum_floats = static_cast<std::size_t>(workspace_rows) * bucket;
+  const std::size_t turns =
+      p.deterministic ? static_cast<std::size_t>(p.batch * p.heads_q * m_blocks * cfg.chunks())
+                      : 0;
+  const std::size_t bytes = (accum_floats + 2 * static_cast<std::size_t>(workspace_rows)) * 4 +
+                            turns * sizeof(int);
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  DeviceGuard guard(p.device_index);
+  const StreamWorkspace workspace(bytes, p.device_index, cuda_stream);
+  auto* floats = static_cast<float*>(workspace.data());
+  k.dq_accum = floats;
+  k.delta = floats + accum_floats;
+  k.lse_log2 = k.delta + workspace_rows;
+  k.dq_turn = p.deterministic ? reinterpret_cast<int*>(k.lse_log2 + workspace_rows) : nullptr;
+
+  cudaError_t status = cudaSuccess;
+  if (accum_floats > 0)
+    status = cudaMemsetAsync(k.dq_accum, 0, accum_floats * sizeof(float), cuda_stream);
+  if (status == cudaSuccess && turns > 0)
+    status = cudaMemsetAsync(k.dq_turn, 0, turns * sizeof(int), cuda_stream);
+  if (status != cudaSuccess) throw_cuda("workspace initialisation", status);
+
+  const bool general =
+      p.mask != nullptr || p.softcap > 0.0f || p.alibi_slopes != nullptr || p.has_dropout();
+  status = p.dtype == DType::f16 ? launch_type<__half>(bucket, k, general, cuda_stream)
+                                 : launch_type<__nv_bfloat16>(bucket, k, general, cuda_stream);
+  if (status != cudaSuccess) throw_cuda("backward kernel launch", status);
+}
+
+}  // namespace tileattn::detail

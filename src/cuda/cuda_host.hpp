@@ -1,0 +1,58 @@
+// Host-side pieces shared by the CUDA forward and backward entry points: error reporting,
+// parameter translation (AttnParams -> FlashFwdParams), the device guard and the stream-ordered
+// workspace.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "api/params.hpp"
+#include "cuda/sm80/flash_fwd_params.hpp"
+
+namespace tileattn::detail {
+
+// Throws tileattn::Error "tileattn: CUDA backend: <what>: <CUDA name>: <CUDA message>".
+[[noreturn]] void throw_cuda(const char* what, cudaError_t status);
+
+cuda::ElemType elem_type(DType d);
+
+bool aligned16(const void* ptr);
+
+// 16-byte cp.async tile loads need 16-byte aligned rows: 2-byte elements, D and Dv multiples of
+// 8, every q/k/v stride a multiple of 8 elements and 16-byte aligned base pointers.
+bool vector_loads_ok(const AttnParams& p);
+
+// The forward's kernel parameters; num_m_blocks counts query blocks of block_m rows.
+cuda::FlashFwdParams make_fwd_params(const AttnParams& p, int block_m);
+
+// Makes `device` current for the launch and restores the caller's device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0, device_ = 0;
+};
+
+// Scratch memory ordered on `stream`: allocated from a per-device pool that keeps its memory
+// (no host synchronisation, no cudaMalloc after the first calls), freed on the stream when the
+// object goes out of scope, so later work on the stream may reuse it.
+class StreamWorkspace {
+ public:
+  StreamWorkspace(std::size_t bytes, int device, cudaStream_t stream);
+  ~StreamWorkspace();
+  StreamWorkspace(const StreamWorkspace&) = delete;
+  StreamWorkspace& operator=(const StreamWorkspace&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+  cudaStream_t stream_;
+};
+
+}  // namespace tileattn::detail

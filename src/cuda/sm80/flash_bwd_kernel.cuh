@@ -1,0 +1,562 @@
+// FlashAttention-2-style backward for sm80+ (mma.sync m16n8k16), three kernels per call:
+//   1. flash_bwd_prepare: per query row, delta = rowsum(dO o O) and lse * log2(e) (+inf for a row
+//      with no visible key, so its recomputed probabilities are 0), into the workspace.
+//   2. flash_bwd_kernel: one CTA per (key block, column chunk, kv head, batch). Each warp owns 16
+//      keys and keeps them in the mma's M dimension: S^T = K Q^T, P^T = 2^(S^T log2e scale - lse),
+//      dV += P^T dO, dP^T = V dO^T, dS^T = P^T o (dP^T - delta), dK += dS^T Q. P^T and dS^T are C
+//      fragments that serve directly as the A operand of the next GEMM. dS^T also goes to shared
+//      memory, from which dQ = dS K (scaled later) is summed into an f32 workspace with atomics.
+//      GQA: the CTA visits every query head of its kv head, so dK and dV sum in registers.
+//   3. flash_bwd_convert_dq: dq = scale * workspace, in dq's dtype and layout.
+// The scale is applied once: dK at the end of kernel 2, dQ in kernel 3.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/elements.cuh"
+#include "cuda/common/launch.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/score_mods.cuh"
+#include "cuda/common/tile_coords.cuh"
+#include "cuda/sm80/flash_bwd_params.hpp"
+#include "cuda/sm80/flash_fwd_config.hpp"
+#include "cuda/sm80/tile_io.cuh"
+
+namespace tileattn::cuda {
+
+inline constexpr int kBwdPrepareRowsPerBlock = 8;
+
+template <typename T>
+__device__ __forceinline__ float rounded(float x) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __half2float(__float2half_rn(x));
+  else
+    return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+// delta and lse_log2 for every workspace row (b, h, i), i < len_q_padded; one warp per row.
+// (A template so that every translation unit may instantiate it.)
+// dO and O are rounded to the kernel's operand type T first, as dP = dO V^T sees them, so that
+// dP - delta cancels exactly where it should (e.g. one key: O = V, dS = 0).
+template <typename T, int kRowsPerBlock>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    flash_bwd_prepare(const __grid_constant__ FlashBwdParams p) {
+  const std::int64_t row =
+      static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t rows_per_bh = p.len_q_padded;
+  if (row >= rows_per_bh * p.heads_q * p.batch) return;
+  const int i = static_cast<int>(row % rows_per_bh);
+  const int h = static_cast<int>(row / rows_per_bh % p.heads_q);
+  const int b = static_cast<int>(row / rows_per_bh / p.heads_q);
+  float delta = 0.0f, lse_log2 = INFINITY;
+  if (i < p.len_q) {
+    const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
+    const std::int64_t do_esize = p.dout_type == ElemType::f32 ? 4 : 2;
+    const char* o = static_cast<const char*>(p.out) +
+                    (b * p.o_stride_b + i * p.o_stride_l + h * p.o_stride_h) * out_esize;
+    const char* d = static_cast<const char*>(p.dout) +
+                    (b * p.do_stride_b + i * p.do_stride_l + h * p.do_stride_h) * do_esize;
+    for (int c = lane; c < p.dim_v; c += 32)
+      delta += rounded<T>(load_elem(o, c, p.out_type)) * rounded<T>(load_elem(d, c, p.dout_type));
+    const float lse = p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l];
+    lse_log2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    delta += __shfl_xor_sync(0xffffffffu, delta, offset);
+  if (lane == 0) {
+    p.delta[row] = delta;
+    p.lse_log2[row] = lse_log2;
+  }
+}
+
+// dq[b, i, h, d] = scale * dq_accum[b, h, i, d]; one thread per element.
+template <int kBucket>
+__global__ void __launch_bounds__(256) flash_bwd_convert_dq(const __grid_constant__ FlashBwdParams p) {
+  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  const std::int64_t per_row = p.dim;
+  const std::int64_t total = per_row * p.len_q * p.heads_q * p.batch;
+  if (index >= total) return;
+  const int d = static_cast<int>(index % per_row);
+  const int i = static_cast<int>(index / per_row % p.len_q);
+  const int h = static_cast<int>(index / per_row / p.len_q % p.heads_q);
+  const int b = static_cast<int>(index / per_row / p.len_q / p.heads_q);
+  const float x =
+      p.dq_accum[((static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + i) * kBucket +
+                 d];
+  const std::int64_t esize = p.dq_type == ElemType::f32 ? 4 : 2;
+  char* row = static_cast<char*>(p.dq) +
+              (b * p.dq_stride_b + i * p.dq_stride_l + h * p.dq_stride_h) * esize;
+  store_elem(row, d, p.dq_type, x * p.scale);
+}
+
+// The query rows [lo, hi] that see key j (by causal/window/key length; the inverse of
+// TileCoords::visible), clamped to [0, len_q]; empty (lo > hi) for a key past the key length.
+struct KeyRowVisibility {
+  int lo, hi;
+  __device__ KeyRowVisibility(const FlashFwdParams& p, int j, int klen, std::int64_t diagonal) {
+    std::int64_t first = 0, last = p.len_q - 1;
+    if (p.window_right >= 0 && j - p.window_right - diagonal > first)
+      first = j - p.window_right - diagonal;
+    if (p.window_left >= 0 && j + p.window_left - diagonal < last)
+      last = j + p.window_left - diagonal;
+    if (j >= klen || first > last) first = INT_MAX, last = INT_MIN;
+    lo = static_cast<int>(first);
+    hi = static_cast<int>(last);
+  }
+  __device__ bool sees(int i) const { return lo <= i && i <= hi; }
+};
+
+// The first key block (of kBlockN keys) that some row of query block m_block sees: key blocks
+// m_block's rows see form one contiguous range, so in deterministic mode key block n is the
+// (n - first)-th to add to that query block's dQ.
+template <int kBlockM, int kBlockN>
+__device__ int first_key_block_seen(const FlashFwdParams& p, int m_block, std::int64_t diagonal) {
+  if (p.window_left < 0) return 0;
+  const std::int64_t key = static_cast<std::int64_t>(m_block) * kBlockM - p.window_left + diagonal;
+  return key <= 0 ? 0 : static_cast<int>(key / kBlockN);
+}
+
+// *address += (a, b, c, d): one 16-byte vector reduction (sm_90).
+__device__ __forceinline__ void red_add_v4(float* address, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "f"(a), "f"(b),
+               "f"(c), "f"(d)
+               : "memory");
+}
+
+__device__ __forceinline__ int load_acquire(const int* address) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
+template <typename T, int kBucket, bool kGeneral>
+__global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
+                                  bwd_tile_config(kBucket).min_blocks)
+    flash_bwd_kernel(const __grid_constant__ FlashBwdParams p) {
+  constexpr BwdTileConfig cfg = bwd_tile_config(kBucket);
+  constexpr int kDim = cfg.head_dim, kPitch = cfg.head_dim, kDsPitch = cfg.ds_pitch();
+  constexpr int kBlockM = cfg.block_m, kBlockN = cfg.block_n(), kThreads = cfg.threads();
+  constexpr int kWarps = cfg.warps, kAcc = cfg.acc_dim, kChunks = cfg.chunks();
+  constexpr int kQTiles = kBlockM / 8;  // n8 tiles of S^T / dP^T per warp (query columns)
+  constexpr int kAccTiles = kAcc / 8;   // n8 tiles of this CTA's dK / dV columns
+  // dQ (block_m x acc_dim) = dS K on a kDqWarpsM x kDqWarpsN warp grid, 32 columns per warp.
+  constexpr int kDqWarpsN = kWarps < kAcc / 32 ? kWarps : kAcc / 32;
+  constexpr int kDqWarpsM = kWarps / kDqWarpsN;
+  constexpr int kDqRows = kBlockM / kDqWarpsM, kDqCols = kAcc / kDqWarpsN;
+  constexpr int kDqMTiles = kDqRows / 16, kDqNTiles = kDqCols / 8;
+  static_assert(kDim % 64 == 0 && kBlockM % 16 == 0 && kAcc % 16 == 0, "tile shapes");
+  static_assert(kDqRows % 16 == 0 && kDqCols == 32 && kDqWarpsM * kDqWarpsN == kWarps,
+                "dQ warp grid");
+  static_assert(kQTiles * 4 <= 64, "the dropout keep bits of one step fit one word");
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* const k_tile = reinterpret_cast<T*>(smem);  // (block_n, pitch)
+  T* const v_tile = k_tile + kBlockN * kPitch;   // (block_n, pitch)
+  T* const qdo_tiles = v_tile + kBlockN * kPitch;  // 2 stages x [Q, dO] (block_m, pitch)
+  T* const ds_tile = qdo_tiles + 2 * 2 * kBlockM * kPitch;  // dS^T (block_n, ds_pitch)
+  float* const row_stats =
+      reinterpret_cast<float*>(ds_tile + kBlockN * kDsPitch);  // 2 stages x [lse_log2, delta]
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int mat = lane / 8, mat_row = lane % 8;
+
+  int bid = static_cast<int>(blockIdx.x);
+  const int n_block = bid % p.num_n_blocks;
+  bid /= p.num_n_blocks;
+  const int chunk = bid % kChunks;
+  bid /= kChunks;
+  const int hk = bid % p.heads_kv, b = bid / p.heads_kv;
+  const int n0 = n_block * kBlockN;
+  const int klen = key_length(p, b);
+  const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
+
+  // Query blocks that see any key of this block (a superset; elements are masked one by one):
+  // rows i with n0 - window_right <= i + diagonal <= last key + window_left.
+  int m_begin = 0, m_end = 0;
+  if (n0 < klen) {
+    std::int64_t first = 0, last = p.len_q - 1;
+    const int last_key = min(n0 + kBlockN, klen) - 1;
+    if (p.window_right >= 0) first = max(first, n0 - p.window_right - diagonal);
+    if (p.window_left >= 0) last = min(last, last_key + p.window_left - diagonal);
+    if (first <= last) {
+      m_begin = static_cast<int>(first / kBlockM);
+      m_end = static_cast<int>(last / kBlockM) + 1;
+    }
+  }
+  const int m_blocks = m_end - m_begin;
+  const int n_iters = m_blocks * p.heads_per_kv;
+
+  const std::int64_t esize = p.in_type == ElemType::f32 ? 4 : 2;
+  const std::int64_t do_esize = p.dout_type == ElemType::f32 ? 4 : 2;
+  struct Step {
+    int h, m0;
+  };
+  const auto step_at = [&](int it) {
+    return Step{hk * p.heads_per_kv + it / m_blocks, (m_begin + it % m_blocks) * kBlockM};
+  };
+  const auto load_step = [&](int it, int stage) {
+    const Step s = step_at(it);
+    const int rows = min(kBlockM, p.len_q - s.m0);
+    T* q_s = qdo_tiles + stage * 2 * kBlockM * kPitch;
+    T* do_s = q_s + kBlockM * kPitch;
+    const char* q_src = static_cast<const char*>(p.q) +
+                        (b * p.q_stride_b + s.h * p.q_stride_h + s.m0 * p.q_stride_l) * esize;
+    const char* do_src =
+        static_cast<const char*>(p.dout) +
+        (b * p.do_stride_b + s.h * p.do_stride_h + s.m0 * p.do_stride_l) * do_esize;
+    load_tile<T, kBlockM, kDim, kPitch, kThreads>(q_s, q_src, p.q_stride_l, rows, p.dim,
+                                                  p.vector_loads, p.in_type);
+    load_tile<T, kBlockM, kDim, kPitch, kThreads>(do_s, do_src, p.do_stride_l, rows, p.dim_v,
+                                                  p.dout_vector_loads, p.dout_type);
+    const std::int64_t stats_row =
+        (static_cast<std::int64_t>(b) * p.heads_q + s.h) * p.len_q_padded + s.m0;
+    float* stats = row_stats + stage * 2 * kBlockM;
+    for (int idx = tid; idx < 2 * kBlockM / 4; idx += kThreads) {
+      const int which = idx / (kBlockM / 4), c = idx % (kBlockM / 4);
+      const float* src = (which == 0 ? p.lse_log2 : p.delta) + stats_row + c * 4;
+      cp_async_16(smem_address(stats + which * kBlockM + c * 4), src, 16);
+    }
+  };
+
+  // Prologue: this CTA's K and V (kept for the whole loop) and the first query step.
+  {
+    const int rows = max(0, min(kBlockN, p.len_k - n0));
+    const char* k_src = static_cast<const char*>(p.k) +
+                        (b * p.k_stride_b + hk * p.k_stride_h + n0 * p.k_stride_l) * esize;
+    const char* v_src = static_cast<const char*>(p.v) +
+                        (b * p.v_stride_b + hk * p.v_stride_h + n0 * p.v_stride_l) * esize;
+    load_tile<T, kBlockN, kDim, kPitch, kThreads>(k_tile, k_src, p.k_stride_l, rows, p.dim,
+                                                  p.vector_loads, p.in_type);
+    load_tile<T, kBlockN, kDim, kPitch, kThreads>(v_tile, v_src, p.v_stride_l, rows, p.dim_v,
+                                                  p.vector_loads, p.in_type);
+    if (n_iters > 0) load_step(0, 0);
+    cp_async_commit();
+  }
+
+  // This thread's key rows j = n0 + warp * 16 + g + 8 hh and which query rows see them.
+  const int key_row0 = warp * 16 + g;
+  const KeyRowVisibility seen_by[2] = {KeyRowVisibility(p, n0 + key_row0, klen, diagonal),
+                                       KeyRowVisibility(p, n0 + key_row0 + 8, klen, diagonal)};
+  // ldmatrix lanes: A of a warp's 16 key rows (K, V); B from (query, d) tiles, plain (Q, dO as
+  // the n operand) or transposed (Q, dO, K as the k operand); A transposed from dS^T.
+  const int a_row = warp * 16 + mat_row + (mat & 1) * 8, a_chunk = mat >> 1;
+  const int b_row = mat_row + (mat >> 1) * 8, b_chunk = mat & 1;
+  const int bt_row = mat_row + (mat & 1) * 8, bt_chunk = mat >> 1;
+  const int chunk0 = chunk * kAcc / 8;  // first 16-byte chunk of this CTA's dK/dV columns
+  const int wm = warp / kDqWarpsN, wn = warp % kDqWarpsN;  // this warp's dQ tile
+  // Swizzled chunk offsets (every ldmatrix row here is mat_row mod 8).
+  const SwizzleTable<4> sw_a(0, a_chunk, mat_row), sw_b(0, b_chunk, mat_row),
+      sw_bt(chunk0, bt_chunk, mat_row);
+  const SwizzleTable<kDqNTiles / 2> sw_k(chunk0 + wn * kDqCols / 8, bt_chunk, mat_row);
+  const SwizzleTable<kDqMTiles> sw_ds(wm * kDqRows / 8, mat & 1, mat_row);
+  const std::uint32_t k_base = smem_address(k_tile), v_base = smem_address(v_tile);
+  const std::uint32_t ds_base = smem_address(ds_tile);
+  constexpr int kRowBytes = kPitch * 2;
+
+  float acc_dk[kAccTiles][4], acc_dv[kAccTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < kAccTiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[dt][e] = acc_dv[dt][e] = 0.0f;
+
+  for (int it = 0; it < n_iters; ++it) {
+    cp_async_wait<0>();
+    __syncthreads();  // step it landed; every warp is done with step it - 1 and with dS^T
+    if (it + 1 < n_iters) load_step(it + 1, (it + 1) & 1);
+    cp_async_commit();
+
+    const Step step = step_at(it);
+    const int h = step.h, m0 = step.m0;
+    const std::uint32_t q_base = smem_address(qdo_tiles + (it & 1) * 2 * kBlockM * kPitch);
+    const std::uint32_t do_base = q_base + kBlockM * kRowBytes;
+    const float* lse_s = row_stats + (it & 1) * 2 * kBlockM;
+    const float* delta_s = lse_s + kBlockM;
+
+    // S^T = K Q^T (this warp's 16 keys x block_m queries).
+    float s[kQTiles][4];
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kDim / 16; ++ks) {
+      std::uint32_t a[4];
+      ldmatrix_x4(a, k_base + a_row * kRowBytes + sw_a.periodic(ks));
+#pragma unroll
+      for (int np = 0; np < kQTiles / 2; ++np) {
+        std::uint32_t qb[4];
+        ldmatrix_x4(qb, q_base + (b_row + np * 16) * kRowBytes + sw_b.periodic(ks));
+        mma_16816<T>(s[2 * np], a, qb[0], qb[1]);
+        mma_16816<T>(s[2 * np + 1], a, qb[2], qb[3]);
+      }
+    }
+
+    // P^T = 2^(logit - lse log2 e); masked elements and rows without keys give 0.
+    [[maybe_unused]] float softcap_grad[kGeneral ? kQTiles : 1][4];
+    [[maybe_unused]] std::uint64_t kept = ~0ull;  // dropout: bit nt * 4 + element
+    const int last_row = min(m0 + kBlockM, p.len_q) - 1;
+    const bool edge = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
+    [[maybe_unused]] float slope = 0.0f;
+    if constexpr (kGeneral) slope = alibi_slope(p, b, h);
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+      // lse * log2(e) of this lane's two query columns (one 8-byte shared load).
+      const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + nt * 8 + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int hh = e / 2, i = m0 + nt * 8 + 2 * t + (e & 1);
+        const float lse = (e & 1) ? lse2.y : lse2.x;
+        if constexpr (kGeneral) {
+          const int j = n0 + key_row0 + 8 * hh;
+          float x = -INFINITY;
+          softcap_grad[nt][e] = 1.0f;
+          if (seen_by[hh].sees(i)) {
+            GeneralScoreRow r;
+            r.i = i;
+            r.slope = slope;
+            r.mask_row = mask_row_offset(p, b, h, i);
+            r.first = 0;
+            r.last = INT_MAX;
+            r.distance0 = i + klen - p.len_q;
+            x = general_score_log2(p, r, j, s[nt][e], softcap_grad[nt][e]);
+            if (p.dropout_threshold != 0 && x != -INFINITY && !dropout_keeps(p, b, h, i, j))
+              kept &= ~(1ull << (nt * 4 + e));
+          }
+          s[nt][e] = exp2_approx(x - lse);
+        } else {
+          s[nt][e] = exp2_approx(fmaf(s[nt][e], p.scale_log2, -lse));
+          if (edge && !seen_by[hh].sees(i)) s[nt][e] = 0.0f;
+        }
+      }
+    }
+
+    // dV += P^T dO (dropped probabilities scaled by 1 / (1 - p)).
+#pragma unroll
+    for (int ks = 0; ks < kBlockM / 16; ++ks) {
+      float pd[2][4];
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pd[n][e] = s[2 * ks + n][e];
+          if constexpr (kGeneral) {
+            if (p.dropout_threshold != 0)
+              pd[n][e] = (kept >> ((2 * ks + n) * 4 + e) & 1u) ? pd[n][e] * p.dropout_keep_scale
+                                                                : 0.0f;
+          }
+        }
+      const std::uint32_t pa[4] = {MmaType<T>::pack(pd[0][0], pd[0][1]),
+                                   MmaType<T>::pack(pd[0][2], pd[0][3]),
+                                   MmaType<T>::pack(pd[1][0], pd[1][1]),
+                                   MmaType<T>::pack(pd[1][2], pd[1][3])};
+#pragma unroll
+      for (int dp = 0; dp < kAccTiles / 2; ++dp) {
+        std::uint32_t vb[4];
+        ldmatrix_x4_trans(vb, do_base + (bt_row + ks * 16) * kRowBytes + sw_bt.periodic(dp));
+        mma_16816<T>(acc_dv[2 * dp], pa, vb[0], vb[1]);
+        mma_16816<T>(acc_dv[2 * dp + 1], pa, vb[2], vb[3]);
+      }
+    }
+
+    // dP^T = V dO^T.
+    float dp[kQTiles][4];
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kDim / 16; ++ks) {
+      std::uint32_t a[4];
+      ldmatrix_x4(a, v_base + a_row * kRowBytes + sw_a.periodic(ks));
+#pragma unroll
+      for (int np = 0; np < kQTiles / 2; ++np) {
+        std::uint32_t ob[4];
+        ldmatrix_x4(ob, do_base + (b_row + np * 16) * kRowBytes + sw_b.periodic(ks));
+        mma_16816<T>(dp[2 * np], a, ob[0], ob[1]);
+        mma_16816<T>(dp[2 * np + 1], a, ob[2], ob[3]);
+      }
+    }
+
+    // dS^T = P^T o (dP^T - delta) (dropout: dP^T of the dropped elements is 0, kept ones scaled;
+    // softcap: times its derivative), into s; also stored to shared memory for dQ.
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+      const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + nt * 8 + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float d = dp[nt][e];
+        if constexpr (kGeneral) {
+          if (p.dropout_threshold != 0)
+            d = (kept >> (nt * 4 + e) & 1u) ? d * p.dropout_keep_scale : 0.0f;
+        }
+        float ds = s[nt][e] * (d - ((e & 1) ? delta2.y : delta2.x));
+        if constexpr (kGeneral) ds *= softcap_grad[nt][e];
+        s[nt][e] = ds;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+        *reinterpret_cast<std::uint32_t*>(ds_tile + swizzled<kDsPitch>(key_row0 + 8 * hh, nt) +
+                                          2 * t) = MmaType<T>::pack(s[nt][2 * hh],
+                                                                    s[nt][2 * hh + 1]);
+
+    // dK += dS^T Q.
+#pragma unroll
+    for (int ks = 0; ks < kBlockM / 16; ++ks) {
+      const std::uint32_t da[4] = {MmaType<T>::pack(s[2 * ks][0], s[2 * ks][1]),
+                                   MmaType<T>::pack(s[2 * ks][2], s[2 * ks][3]),
+                                   MmaType<T>::pack(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                                   MmaType<T>::pack(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+#pragma unroll
+      for (int dq = 0; dq < kAccTiles / 2; ++dq) {
+        std::uint32_t qb[4];
+        ldmatrix_x4_trans(qb, q_base + (bt_row + ks * 16) * kRowBytes + sw_bt.periodic(dq));
+        mma_16816<T>(acc_dk[2 * dq], da, qb[0], qb[1]);
+        mma_16816<T>(acc_dk[2 * dq + 1], da, qb[2], qb[3]);
+      }
+    }
+    __syncthreads();  // dS^T complete
+
+    // dQ (this warp's kDqRows x kDqCols) = dS K, added to the workspace.
+    {
+      float acc_dq[kDqMTiles][kDqNTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kDqMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kDqNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < kBlockN / 16; ++ks) {
+        std::uint32_t a[kDqMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < kDqMTiles; ++mt)
+          ldmatrix_x4_trans(a[mt], ds_base + (ks * 16 + (mat >> 1) * 8 + mat_row) * kDsPitch * 2 +
+                                       sw_ds.x[mt]);
+#pragma unroll
+        for (int np = 0; np < kDqNTiles / 2; ++np) {
+          std::uint32_t kb[4];
+          ldmatrix_x4_trans(kb, k_base + (ks * 16 + bt_row) * kRowBytes + sw_k.x[np]);
+#pragma unroll
+          for (int mt = 0; mt < kDqMTiles; ++mt) {
+            mma_16816<T>(acc_dq[mt][2 * np], a[mt], kb[0], kb[1]);
+            mma_16816<T>(acc_dq[mt][2 * np + 1], a[mt], kb[2], kb[3]);
+          }
+        }
+      }
+      int* turn = nullptr;
+      if (p.dq_turn != nullptr) {  // deterministic: wait until the earlier key blocks added theirs
+        const int m_block = m0 / kBlockM;
+        turn = p.dq_turn +
+               ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.num_m_blocks + m_block) *
+                   kChunks +
+               chunk;
+        const int my_turn = n_block - first_key_block_seen<kBlockM, kBlockN>(p, m_block, diagonal);
+        if (tid == 0)
+          while (load_acquire(turn) != my_turn) __nanosleep(32);
+        __syncthreads();
+      }
+      float* dq_rows = p.dq_accum +
+                       (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded * kDim;
+#pragma unroll
+      for (int mt = 0; mt < kDqMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kDqNTiles; ++nt) {
+          const float* c = acc_dq[mt][nt];
+          const int col = chunk * kAcc + wn * kDqCols + nt * 8;
+#if __CUDA_ARCH__ >= 900
+          // Lanes t and t ^ 1 trade halves: even t adds row g, columns 2t..2t+3 and odd t row
+          // g + 8, columns 2t-2..2t+1, as one 16-byte vector reduction each (columns past dim
+          // land in the workspace's padding, which nothing reads).
+          const bool odd = (t & 1) != 0;
+          const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
+          const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+          const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+          const int i = m0 + wm * kDqRows + mt * 16 + g + (odd ? 8 : 0);
+          const int d = col + 2 * (t & ~1);
+          if (i < p.len_q && d < p.dim)
+            red_add_v4(dq_rows + static_cast<std::int64_t>(i) * kDim + d, odd ? got0 : c[0],
+                       odd ? got1 : c[1], odd ? c[2] : got0, odd ? c[3] : got1);
+#else
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = m0 + wm * kDqRows + mt * 16 + g + 8 * (e / 2);
+            const int d = col + 2 * t + (e & 1);
+            if (i < p.len_q && d < p.dim)
+              atomicAdd(dq_rows + static_cast<std::int64_t>(i) * kDim + d, c[e]);
+          }
+#endif
+        }
+      if (turn != nullptr) {  // pass the turn on once every thread's adds are done
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) atomicAdd(turn, 1);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: dK = scale * acc_dk, dV = acc_dv for every key row < len_k (zeros for keys that
+  // no query sees).
+  const std::int64_t dk_esize = p.dk_type == ElemType::f32 ? 4 : 2;
+  const std::int64_t dv_esize = p.dv_type == ElemType::f32 ? 4 : 2;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int j = n0 + key_row0 + 8 * hh;
+    if (j >= p.len_k) continue;
+    char* dk_row = static_cast<char*>(p.dk) +
+                   (b * p.dk_stride_b + hk * p.dk_stride_h + j * p.dk_stride_l) * dk_esize;
+    char* dv_row = static_cast<char*>(p.dv) +
+                   (b * p.dv_stride_b + hk * p.dv_stride_h + j * p.dv_stride_l) * dv_esize;
+#pragma unroll
+    for (int dt = 0; dt < kAccTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int d = chunk * kAcc + dt * 8 + 2 * t + e;
+        if (d < p.dim) store_elem(dk_row, d, p.dk_type, acc_dk[dt][2 * hh + e] * p.scale);
+        if (d < p.dim_v) store_elem(dv_row, d, p.dv_type, acc_dv[dt][2 * hh + e]);
+      }
+  }
+}
+
+// Enqueues the three kernels of one backward call on `stream` (the workspace in p is ready and
+// dq_accum zeroed); returns the first launch error.
+template <typename T, int kBucket, bool kGeneral>
+cudaError_t launch_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
+  constexpr BwdTileConfig cfg = bwd_tile_config(kBucket);
+  const std::int64_t rows = static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch;
+  if (rows > 0) {
+    flash_bwd_prepare<T, kBwdPrepareRowsPerBlock><<<static_cast<unsigned>((rows + kBwdPrepareRowsPerBlock - 1) /
+                                              kBwdPrepareRowsPerBlock),
+                        kBwdPrepareRowsPerBlock * 32, 0, stream>>>(p);
+    const cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+  }
+  const std::int64_t ctas =
+      static_cast<std::int64_t>(p.num_n_blocks) * cfg.chunks() * p.heads_kv * p.batch;
+  if (ctas > 0) {
+    const cudaError_t status =
+        launch_kernel(&flash_bwd_kernel<T, kBucket, kGeneral>, cfg, p,
+                      static_cast<unsigned>(ctas), stream);
+    if (status != cudaSuccess) return status;
+  }
+  const std::int64_t elements = static_cast<std::int64_t>(p.dim) * p.len_q * p.heads_q * p.batch;
+  if (elements > 0) {
+    flash_bwd_convert_dq<kBucket>
+        <<<static_cast<unsigned>((elements + 255) / 256), 256, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
+  return cudaSuccess;
+}
+
+}  // namespace tileattn::cuda

@@ -1,0 +1,69 @@
+// Shared-memory tiles of the sm80 kernels: the XOR swizzle of 16-byte chunks and the
+// global -> shared tile copy (cp.async, or element-wise with conversion), used by the forward and
+// backward kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/elements.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/sm80/flash_fwd_params.hpp"
+
+namespace tileattn::cuda {
+
+// Shared-memory offset (elements) of 16-byte chunk `chunk` of tile row `row`: the chunk index is
+// XOR-ed with row % 8, so the 8 row addresses of one ldmatrix hit 8 different bank groups.
+template <int kPitch>
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+  return row * kPitch + ((chunk ^ (row & 7)) << 3);
+}
+
+// Per-lane byte offsets of swizzled 16-byte chunks first + 2k + c (k < kCount) in rows whose
+// index is r mod 8: ((first + 2k + c) ^ r) * 16, computed once per lane. With first a multiple
+// of 8 the pattern repeats every 4 chunk pairs, so periodic(k) covers any k from four values;
+// an ldmatrix address is then a register plus an immediate (ptxas otherwise tends to keep one
+// register per unrolled swizzled address).
+template <int kCount>
+struct SwizzleTable {
+  std::uint32_t x[kCount];
+  __device__ SwizzleTable(int first, int c, int r) {
+#pragma unroll
+    for (int k = 0; k < kCount; ++k)
+      x[k] = static_cast<std::uint32_t>(((first + 2 * k + c) ^ r) << 4);
+  }
+  __device__ std::uint32_t periodic(int k) const {
+    static_assert(kCount == 4, "periodic offsets need the four-entry table");
+    return static_cast<std::uint32_t>((k / 4) * 128) + x[k % 4];
+  }
+};
+
+// Copies a (kRows, head_dim) tile from global memory (row stride `stride_l` elements) into shared
+// memory, zero-filling rows >= rows_valid and columns >= cols_valid. The 16-byte cp.async path is
+// asynchronous (completes with the commit group); the element path (unaligned strides, head dims
+// not a multiple of 8, f32 inputs converted to T) stores synchronously.
+template <typename T, int kRows, int kDim, int kPitch, int kThreads>
+__device__ __forceinline__ void load_tile(T* tile, const char* src, std::int64_t stride_l,
+                                          int rows_valid, int cols_valid, bool vector_loads,
+                                          ElemType type) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (vector_loads) {
+    constexpr int kChunks = kDim / 8;
+    const T* base = reinterpret_cast<const T*>(src);
+#pragma unroll
+    for (int idx = tid; idx < kRows * kChunks; idx += kThreads) {
+      const int row = idx / kChunks, chunk = idx % kChunks;
+      const bool valid = row < rows_valid && chunk * 8 < cols_valid;
+      const T* from = valid ? base + row * stride_l + chunk * 8 : base;
+      cp_async_16(smem_address(tile + swizzled<kPitch>(row, chunk)), from, valid ? 16 : 0);
+    }
+  } else {
+    for (int idx = tid; idx < kRows * kDim; idx += kThreads) {
+      const int row = idx / kDim, col = idx % kDim;
+      float x = 0.0f;
+      if (row < rows_valid && col < cols_valid) x = load_elem(src, row * stride_l + col, type);
+      tile[swizzled<kPitch>(row, col >> 3) + (col & 7)] = MmaType<T>::from_float(x);
+    }
+  }
+}
+
+}  // namespace tileattn::cuda
