@@ -3,8 +3,10 @@
 # against the CPU reference, compute-sanitizer memcheck + racecheck on the small cases, then the
 # benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
 #
-#   bash scripts/gpu/check.sh [stages]   stages: any of build test sanitize bench bench_bwd (default
-#                                        all; bench_bwd: the backward vs PyTorch FA2 and cuDNN)
+#   bash scripts/gpu/check.sh [stages]   stages: any of build test sanitize bench bench_bwd ncu_bwd
+#                                        (default: all but ncu_bwd; bench_bwd: the backward vs
+#                                        PyTorch FA2 and cuDNN; ncu_bwd: Nsight Compute on both
+#                                        backward kernels, D=NCU_BWD_DIM, L=NCU_BWD_LENGTH)
 #
 # Before a device call run scripts/gpu/prepare.sh here and carry .gpu-deps.
 # Environment: OUT (results folder; default build-gpu/out), JOBS (default nproc), CTEST_REGEX
