@@ -12,7 +12,7 @@
 # Environment: OUT (results folder; default build-gpu/out), JOBS (default nproc), CTEST_REGEX
 # (unset: the GPU test binary only; "." adds every CTest suite), BENCH_DIMS, BENCH_LENGTHS,
 # BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper), BENCH_VARIANTS (see below),
-# BENCH_BWD_DIMS, BENCH_BWD_LENGTHS. Writes few files under $OUT (the device tool's limit):
+# BENCH_BWD_DIMS, BENCH_BWD_LENGTHS, AB_PATCH / AB_ROUNDS / AB_BACKWARD (stage ab). Writes few files under $OUT (the device tool's limit):
 # summary.txt, test.log, sanitizer.log, sass.txt, bench_tileattn.json, bench_tileattn_sm80.json,
 # bench_torch.json, bench.json, bench_bwd.json (build.log only when the build fails).
 set -uo pipefail
@@ -182,6 +182,39 @@ if has_stage bench_bwd; then  # the backward: tileattn (sm80 kernel) vs PyTorch 
   note "-- backward (2.5x forward FLOPs):"
   python3 bench/gpu/compare.py /tmp/bench_bwd_tileattn.json /tmp/bench_bwd_det.json /tmp/bench_bwd_torch.json \
     --json "$OUT/bench_bwd.json" | tee -a "$SUMMARY"
+fi
+if has_stage ab; then
+  # A/B in one call: AB_PATCH (a diff of the working tree against the baseline, e.g. written by
+  # `git diff HEAD~1 > .gpu-deps/ab.patch` and carried) is reverse-applied to a copy of the tree,
+  # which is built too; the two forward (or AB_BACKWARD=1 backward) benches then run alternately
+  # AB_ROUNDS times on BENCH_DIMS x BENCH_LENGTHS, each round a pair of columns.
+  start=$(date +%s)
+  base=/tmp/ab-base
+  rm -rf "$base" && mkdir -p "$base"
+  tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C "$base"
+  if (cd "$base" && patch -R -p1 -s <"$ROOT/$AB_PATCH"); then
+    cmake -S "$base" -B /tmp/ab-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="80;90a-real" -DTILEATTN_BUILD_TOOLS=OFF -DTILEATTN_BUILD_TESTS=OFF -DTILEATTN_BUILD_BENCHMARKS=OFF \
+      >/tmp/ab-build.log 2>&1 && cmake --build /tmp/ab-build -j "$JOBS" --target tileattn_gpu_bench >>/tmp/ab-build.log 2>&1 ||
+      { note "-- ab: baseline build failed"; tail -20 /tmp/ab-build.log | tee -a "$SUMMARY"; status=1; }
+    note "-- ab: baseline built in $(($(date +%s) - start)) s"
+    dims=${BENCH_DIMS:-64,128,256} lengths=${BENCH_LENGTHS:-1024,2048,4096,8192,16384}
+    iters=${BENCH_ITERS:-20} ab_files=()
+    for round in $(seq "${AB_ROUNDS:-2}"); do
+      for side in new base; do
+        bin=$BUILD/bench/gpu/tileattn_gpu_bench
+        [[ $side == base ]] && bin=/tmp/ab-build/bench/gpu/tileattn_gpu_bench
+        timeout 300 "$bin" --backward "${AB_BACKWARD:-0}" --dims "$dims" --lengths "$lengths" \
+          --iters "$iters" --label "tileattn_${side}_$round" --json "/tmp/ab_${side}_$round.json" >/tmp/ab.log 2>&1 ||
+          note "-- ab: $side round $round failed"
+        ab_files+=("/tmp/ab_${side}_$round.json")
+      done
+    done
+    python3 bench/gpu/compare.py "${ab_files[@]}" --json "$OUT/ab.json" | tee -a "$SUMMARY"
+  else
+    note "-- ab: $AB_PATCH does not reverse-apply"; status=1
+  fi
+  note "   ($(($(date +%s) - start)) s)"
 fi
 if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's and PyTorch FA2's
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

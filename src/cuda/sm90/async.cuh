@@ -110,6 +110,14 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// The same for a warp with a single live thread (the others exited): the non-aligned forms,
+// which count the whole warp's arrival.
+__device__ __forceinline__ void named_barrier_sync_one_thread(int id, int threads) {
+  asm volatile("barrier.cta.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive_one_thread(int id, int threads) {
+  asm volatile("barrier.cta.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // --- wgmma issue helpers -------------------------------------------------------------------
 

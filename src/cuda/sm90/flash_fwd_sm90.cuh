@@ -4,7 +4,8 @@
 // each); block_m = 64 x consumers query rows of one (batch, head). The grid is persistent: CTAs
 // take tiles from a per-launch counter until none are left (tile_at / next_tile).
 //   producer  gives its registers away (setmaxnreg.dec); one thread issues every TMA load: per
-//             tile the tile index and Q, then K_j and V_j into two rings of `stages` slots, each
+//             tile the tile index (through named barriers) and Q, then K_j and V_j into two
+//             rings of `stages` slots, each
 //             slot guarded by a "full" mbarrier (transaction bytes) and an "empty" one (one
 //             arrival per consumer warp). V lags K by one block, the order the consumers need.
 //   consumers take the registers (setmaxnreg.inc) and run, per key block j,
@@ -94,15 +95,18 @@ __device__ __forceinline__ void finish_schedule(const Sm90FwdParams& params) {
 
 template <int kStages>
 struct Sm90Barriers {
-  std::uint64_t q_full, q_empty;  // also hand the tile index over
+  std::uint64_t q_full, q_empty;
 
   std::uint64_t k_full[kStages], k_empty[kStages];
   std::uint64_t v_full[kStages], v_empty[kStages];
-  int tile;  // the tile whose Q the q_full phase announces; -1: no more tiles
+  int tile;  // the consumers' next tile; -1: no more tiles
 };
 
-// Named barriers: consumer warpgroup w (of n) waits for its turn on kTurnBarrier + w and syncs
-// its output staging on kTurnBarrier + n + w.
+// Named barriers: consumer warpgroup w (of n) waits for its turn on kTurnBarrier + w, syncs its
+// output staging on kTurnBarrier + n + w and takes its next tile index on kTurnBarrier + 2n + w;
+// the producer waits on kTurnBarrier + 3n until every warpgroup has read the previous index.
+// The tile index goes through named barriers rather than the Q mbarriers because
+// compute-sanitizer's racecheck models bar.sync / bar.arrive but not mbarrier parity waits.
 inline constexpr int kTurnBarrier = 1;
 
 template <typename T, int kBucket, bool kGeneral>
@@ -115,7 +119,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   constexpr int kNTiles = kBlockN / 8, kDTiles = kDim / 8, kColBlocks = kDim / 64;
   static_assert(kBlockM == 64 * cfg.consumer_warp_groups && kDim % 64 == 0 && kBlockN % 16 == 0);
   constexpr int kConsumerGroups = cfg.consumer_warp_groups;
-  static_assert(2 * kConsumerGroups + kTurnBarrier <= 16, "named barriers");
+  constexpr int kTileFullBarrier = kTurnBarrier + 2 * kConsumerGroups;  // + consumer
+  constexpr int kTileEmptyBarrier = kTileFullBarrier + kConsumerGroups;
+  constexpr int kTileFullThreads = 32 + 128, kTileEmptyThreads = 32 + 128 * kConsumerGroups;
+  static_assert(kTileEmptyBarrier <= 15, "named barriers");
   static_assert(cfg.producer_registers * 128 +
                         cfg.consumer_registers * 128 * cfg.consumer_warp_groups <=
                     65536,
@@ -206,15 +213,19 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       };
       if (n_blocks > 0) load_k(0);
       mbarrier_wait(&bars.q_empty, (q_pass & 1) ^ 1);
+      if (q_pass > 0) named_barrier_sync_one_thread(kTileEmptyBarrier, kTileEmptyThreads);
       bars.tile = valid ? tile : -1;
+#pragma unroll
+      for (int c = 0; c < kConsumerGroups; ++c)
+        named_barrier_arrive_one_thread(kTileFullBarrier + c, kTileFullThreads);
       if (n_blocks > 0) {
         mbarrier_arrive_expect_tx(&bars.q_full, cfg.q_tile_bytes());
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb)
           tma_load_4d(q_tile + cb * kBlockM * 64, &params.q_map, &bars.q_full, cb * 64,
                       w.coords.m0, w.coords.h, b, read_once);
-      } else {
-        mbarrier_arrive(&bars.q_full);  // an index only (an empty tile, or the end)
+      } else if (valid) {
+        mbarrier_arrive(&bars.q_full);  // a tile without key blocks: no Q to load
       }
       if (!valid) break;
       for (int i = 0; i < n_blocks; ++i) {
@@ -270,8 +281,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       wgmma_rs<T, kDim>(acc_o, pa[ks], sw128_desc(v_tile + ks * 16 * 64, kBlockN * 128, 1024));
     wgmma_commit();
   };
-  // One arrival per warp; __syncwarp first so that every lane's reads of the slot (e.g. of the
-  // tile index) happen before the arrival that lets the producer overwrite it.
+  // One arrival per warp; __syncwarp first so that every lane's reads of the slot happen before
+  // the arrival that lets the producer overwrite it.
   auto release = [&](std::uint64_t* bar) {
     __syncwarp();
     if (lane == 0) mbarrier_arrive(bar);
@@ -296,9 +307,11 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 
   int kv_it = 0;
   for (int q_pass = 0;; ++q_pass) {
-    mbarrier_wait(&bars.q_full, q_pass & 1);
+    named_barrier_sync(kTileFullBarrier + consumer, kTileFullThreads);
     const int tile_index = bars.tile;
     if (tile_index < 0) break;
+    named_barrier_arrive(kTileEmptyBarrier, kTileEmptyThreads);
+    mbarrier_wait(&bars.q_full, q_pass & 1);
     const TileWork w = tile_work(tile_index);
     if (w.n_blocks == 0) release(&bars.q_empty);
     const TileCoords& tile = w.coords;
