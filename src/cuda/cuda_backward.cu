@@ -1,6 +1,7 @@
 // Host side of the CUDA backward: AttnBackwardParams -> FlashBwdParams, the per-call workspace
-// (stream-ordered), choice of the instantiation (element type, head-dim bucket, fast or general
-// score path), launch, error reporting. Device code: src/cuda/sm80/flash_bwd_kernel.cuh.
+// (stream-ordered), choice of the kernel (sm90 where it applies, else sm80) and instantiation
+// (element type, head-dim bucket, fast or general score path), launch, error reporting. Device
+// code: src/cuda/sm80/flash_bwd_kernel.cuh and src/cuda/sm90/flash_bwd_sm90.cuh.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "cuda/sm80/flash_bwd_launch.hpp"
 #include "cuda/sm80/flash_bwd_params.hpp"
 #include "cuda/sm80/flash_fwd_config.hpp"
+#include "cuda/sm90/flash_bwd_sm90_launch.hpp"
 
 namespace tileattn::detail {
 namespace {
@@ -43,6 +45,22 @@ cudaError_t launch_type(int bucket, const cuda::FlashBwdParams& k, bool general,
   }
 }
 
+// The sm90 backward covers the fast score path with 16-bit storage (dout of the same type),
+// 16-byte aligned rows and D <= 128, in non-deterministic mode, on an sm_90a build and device.
+bool sm90_backward_applies(const AttnBackwardParams& p, bool general, int bucket) {
+  return !general && !p.deterministic && bucket <= 128 && vector_loads_ok(p) &&
+         dout_vector_loads_ok(p) && use_sm90(p.device_index);
+}
+
+cudaError_t launch_sm90(int bucket, DType dtype, const cuda::FlashBwdParams& k,
+                        cudaStream_t stream) {
+  if (dtype == DType::f16)
+    return bucket == 64 ? cuda::launch_flash_bwd_sm90<__half, 64>(k, stream)
+                        : cuda::launch_flash_bwd_sm90<__half, 128>(k, stream);
+  return bucket == 64 ? cuda::launch_flash_bwd_sm90<__nv_bfloat16, 64>(k, stream)
+                      : cuda::launch_flash_bwd_sm90<__nv_bfloat16, 128>(k, stream);
+}
+
 }  // namespace
 
 void cuda_flash_backward(const AttnBackwardParams& p, void* stream) {
@@ -61,7 +79,12 @@ void cuda_flash_backward(const AttnBackwardParams& p, void* stream) {
         "batch x heads x blocks below 2^31");
 
   cuda::FlashBwdParams k{};
-  static_cast<cuda::FlashFwdParams&>(k) = make_fwd_params(p, cfg.block_m);
+  // The block sizes of the kernel that runs: query blocks (num_m_blocks) and key blocks.
+  auto set_blocks = [&](int block_m, int block_n) {
+    static_cast<cuda::FlashFwdParams&>(k) = make_fwd_params(p, block_m);
+    k.num_n_blocks = static_cast<int>((p.len_k + block_n - 1) / block_n);
+  };
+  set_blocks(cfg.block_m, cfg.block_n());
   k.dout = p.dout;
   k.dq = p.dq;
   k.dk = p.dk;
@@ -76,7 +99,6 @@ void cuda_flash_backward(const AttnBackwardParams& p, void* stream) {
   k.dv_type = elem_type(p.dv_dtype);
   k.dout_vector_loads = dout_vector_loads_ok(p);
   k.heads_kv = static_cast<int>(p.heads_kv);
-  k.num_n_blocks = static_cast<int>(n_blocks);
   k.len_q_padded = static_cast<int>(len_q_padded);
 
   // Workspace: dQ accumulator, delta, lse * log2(e), and the deterministic mode's turn counters.
@@ -104,8 +126,16 @@ void cuda_flash_backward(const AttnBackwardParams& p, void* stream) {
 
   const bool general =
       p.mask != nullptr || p.softcap > 0.0f || p.alibi_slopes != nullptr || p.has_dropout();
-  status = p.dtype == DType::f16 ? launch_type<__half>(bucket, k, general, cuda_stream)
-                                 : launch_type<__nv_bfloat16>(bucket, k, general, cuda_stream);
+  status = cudaErrorNotSupported;
+  if (sm90_backward_applies(p, general, bucket)) {
+    const cuda::Sm90BwdTileConfig cfg90 = cuda::sm90_bwd_tile_config(bucket);
+    set_blocks(cfg90.block_m, cfg90.block_n);
+    status = launch_sm90(bucket, p.dtype, k, cuda_stream);
+    if (status == cudaErrorNotSupported) set_blocks(cfg.block_m, cfg.block_n());
+  }
+  if (status == cudaErrorNotSupported)
+    status = p.dtype == DType::f16 ? launch_type<__half>(bucket, k, general, cuda_stream)
+                                   : launch_type<__nv_bfloat16>(bucket, k, general, cuda_stream);
   if (status != cudaSuccess) throw_cuda("backward kernel launch", status);
 }
 

@@ -6,8 +6,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "cuda/cuda_forward.hpp"
@@ -38,27 +36,6 @@ cudaError_t launch_type(int bucket, const FlashFwdParams& k, bool general, cudaS
     case 192: return launch_bucket<T, 192>(k, general, stream);
     default: return launch_bucket<T, 256>(k, general, stream);
   }
-}
-
-// The sm90 (wgmma) kernel runs where it was compiled in (an sm_90a target) and the device is
-// compute capability 9.0, unless TILEATTN_CUDA_DISABLE_SM90=1 (tests and benchmarks use it to
-// run the sm80 kernel on Hopper too).
-bool use_sm90(int device) {
-#if defined(TILEATTN_CUDA_SM90A)
-  static const bool disabled = [] {
-    const char* env = std::getenv("TILEATTN_CUDA_DISABLE_SM90");
-    return env != nullptr && std::strcmp(env, "1") == 0;
-  }();
-  if (disabled) return false;
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;
-#else
-  (void)device;
-  return false;
-#endif
 }
 
 template <typename T, bool kGeneral>

@@ -2,6 +2,8 @@
 #include "cuda/cuda_host.hpp"
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -16,6 +18,24 @@ namespace tileattn::detail {
 cuda::ElemType elem_type(DType d) {
   using cuda::ElemType;
   return d == DType::f16 ? ElemType::f16 : d == DType::bf16 ? ElemType::bf16 : ElemType::f32;
+}
+
+bool use_sm90(int device) {
+#if defined(TILEATTN_CUDA_SM90A)
+  static const bool disabled = [] {
+    const char* env = std::getenv("TILEATTN_CUDA_DISABLE_SM90");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  if (disabled) return false;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+#else
+  (void)device;
+  return false;
+#endif
 }
 
 bool aligned16(const void* ptr) {

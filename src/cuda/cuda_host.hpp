@@ -20,6 +20,11 @@ cuda::ElemType elem_type(DType d);
 
 bool aligned16(const void* ptr);
 
+// The sm90 (wgmma + TMA) kernels run where they were compiled in (an sm_90a target) on a device
+// of compute capability 9.0, unless TILEATTN_CUDA_DISABLE_SM90=1 (tests and benchmarks use it to
+// run the sm80 kernels on Hopper too).
+bool use_sm90(int device);
+
 // 16-byte cp.async tile loads need 16-byte aligned rows: 2-byte elements, D and Dv multiples of
 // 8, every q/k/v stride a multiple of 8 elements and 16-byte aligned base pointers.
 bool vector_loads_ok(const AttnParams& p);

@@ -529,34 +529,41 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   }
 }
 
+// The first and last kernels of a backward call (shared with the sm90 backward).
+template <typename T>
+cudaError_t launch_flash_bwd_prepare(const FlashBwdParams& p, cudaStream_t stream) {
+  const std::int64_t rows = static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch;
+  if (rows == 0) return cudaSuccess;
+  flash_bwd_prepare<T, kBwdPrepareRowsPerBlock>
+      <<<static_cast<unsigned>((rows + kBwdPrepareRowsPerBlock - 1) / kBwdPrepareRowsPerBlock),
+         kBwdPrepareRowsPerBlock * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int kBucket>
+cudaError_t launch_flash_bwd_convert_dq(const FlashBwdParams& p, cudaStream_t stream) {
+  const std::int64_t elements = static_cast<std::int64_t>(p.dim) * p.len_q * p.heads_q * p.batch;
+  if (elements == 0) return cudaSuccess;
+  flash_bwd_convert_dq<kBucket>
+      <<<static_cast<unsigned>((elements + 255) / 256), 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
 // Enqueues the three kernels of one backward call on `stream` (the workspace in p is ready and
 // dq_accum zeroed); returns the first launch error.
 template <typename T, int kBucket, bool kGeneral>
 cudaError_t launch_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   constexpr BwdTileConfig cfg = bwd_tile_config(kBucket);
-  const std::int64_t rows = static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch;
-  if (rows > 0) {
-    flash_bwd_prepare<T, kBwdPrepareRowsPerBlock><<<static_cast<unsigned>((rows + kBwdPrepareRowsPerBlock - 1) /
-                                              kBwdPrepareRowsPerBlock),
-                        kBwdPrepareRowsPerBlock * 32, 0, stream>>>(p);
-    const cudaError_t status = cudaGetLastError();
-    if (status != cudaSuccess) return status;
-  }
+  cudaError_t status = launch_flash_bwd_prepare<T>(p, stream);
+  if (status != cudaSuccess) return status;
   const std::int64_t ctas =
       static_cast<std::int64_t>(p.num_n_blocks) * cfg.chunks() * p.heads_kv * p.batch;
   if (ctas > 0) {
-    const cudaError_t status =
-        launch_kernel(&flash_bwd_kernel<T, kBucket, kGeneral>, cfg, p,
-                      static_cast<unsigned>(ctas), stream);
+    status = launch_kernel(&flash_bwd_kernel<T, kBucket, kGeneral>, cfg, p,
+                           static_cast<unsigned>(ctas), stream);
     if (status != cudaSuccess) return status;
   }
-  const std::int64_t elements = static_cast<std::int64_t>(p.dim) * p.len_q * p.heads_q * p.batch;
-  if (elements > 0) {
-    flash_bwd_convert_dq<kBucket>
-        <<<static_cast<unsigned>((elements + 255) / 256), 256, 0, stream>>>(p);
-    return cudaGetLastError();
-  }
-  return cudaSuccess;
+  return launch_flash_bwd_convert_dq<kBucket>(p, stream);
 }
 
 }  // namespace tileattn::cuda

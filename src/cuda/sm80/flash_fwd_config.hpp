@@ -118,4 +118,32 @@ constexpr BwdTileConfig bwd_tile_config(int bucket) {
   }
 }
 
+// The sm90 backward kernel (wgmma + TMA, fast score path, D <= 128): one producer warpgroup and
+// two consumer warpgroups of 64 keys each (block_n = 128 keys of one kv head); per step of
+// block_m = 64 query rows S^T and dP^T (wgmma, K / V x Q / dO from shared memory), dV and dK
+// (wgmma, P^T / dS^T from registers) and dQ = dS K (wgmma, dS^T through shared memory, each
+// warpgroup half of the head dim's columns).
+struct Sm90BwdTileConfig {
+  int head_dim, block_m, block_n, stages;
+  int producer_registers, consumer_registers;
+  static constexpr int consumer_warp_groups = 2;
+  constexpr int threads() const { return (consumer_warp_groups + 1) * 128; }
+  constexpr int kv_tile_bytes() const { return block_n * head_dim * 2; }
+  constexpr int q_tile_bytes() const { return block_m * head_dim * 2; }
+  constexpr int ds_tile_bytes() const { return block_n * block_m * 2; }
+  // K and V; stages x (Q, dO); two dS^T tiles; barriers and 1 KB to align the base to the
+  // 1024-byte swizzle atom.
+  constexpr int smem_bytes() const {
+    return 2 * kv_tile_bytes() + stages * 2 * q_tile_bytes() + 2 * ds_tile_bytes() + 2048;
+  }
+};
+
+constexpr Sm90BwdTileConfig sm90_bwd_tile_config(int bucket) {
+  switch (bucket) {
+    case 64: return {64, 64, 128, 2, 24, 240};    // 98 KB shared memory
+    case 128: return {128, 64, 128, 2, 24, 240};  // 162 KB
+    default: return {0, 0, 0, 0, 0, 0};
+  }
+}
+
 }  // namespace tileattn::cuda

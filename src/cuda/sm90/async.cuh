@@ -1,6 +1,7 @@
-// Hopper (sm_90a) asynchronous machinery used by the warp-specialised forward kernel:
+// Hopper (sm_90a) asynchronous machinery used by the warp-specialised kernels:
 //   - mbarrier: init, arrive, arrive with an expected transaction byte count, parity wait;
-//   - TMA: cp.async.bulk.tensor 4-D loads that complete on an mbarrier, tensor-map prefetch;
+//   - TMA: cp.async.bulk.tensor 4-D loads that complete on an mbarrier, tensor-map prefetch,
+//     the generic-to-async proxy fence;
 //   - register reallocation between warpgroups (setmaxnreg);
 //   - named barriers (bar.sync / bar.arrive with a thread count);
 //   - wgmma issue helpers (fence, commit, wait, shared-memory descriptors, operand pinning).
@@ -82,6 +83,12 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* map, std
       : "memory");
 }
 
+// Orders this thread's earlier generic-proxy shared-memory writes before later async-proxy
+// reads (wgmma operands, TMA stores) once a barrier has made them visible to the reader.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // L2 policies: data read once (evicted first) and data many CTAs re-read (evicted last).
 __device__ __forceinline__ std::uint64_t l2_evict_first() {
   std::uint64_t policy;
@@ -109,14 +116,6 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 }
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-// The same for a warp with a single live thread (the others exited): the non-aligned forms,
-// which count the whole warp's arrival.
-__device__ __forceinline__ void named_barrier_sync_one_thread(int id, int threads) {
-  asm volatile("barrier.cta.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive_one_thread(int id, int threads) {
-  asm volatile("barrier.cta.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // --- wgmma issue helpers -------------------------------------------------------------------

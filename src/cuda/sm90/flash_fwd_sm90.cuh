@@ -104,7 +104,7 @@ struct Sm90Barriers {
 
 // Named barriers: consumer warpgroup w (of n) waits for its turn on kTurnBarrier + w, syncs its
 // output staging on kTurnBarrier + n + w and takes its next tile index on kTurnBarrier + 2n + w;
-// the producer waits on kTurnBarrier + 3n until every warpgroup has read the previous index.
+// the producer warp waits on kTurnBarrier + 3n until every warpgroup has read the previous index.
 // The tile index goes through named barriers rather than the Q mbarriers because
 // compute-sanitizer's racecheck models bar.sync / bar.arrive but not mbarrier parity waits.
 inline constexpr int kTurnBarrier = 1;
@@ -176,10 +176,15 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   const int warp_group = static_cast<int>(threadIdx.x) / 128;
   if (warp_group == 0) {  // ---------------------------------------------------- producer
     setmaxnreg_dec<cfg.producer_registers>();
-    if (threadIdx.x != 0) return;
-    prefetch_tensor_map(&params.q_map);
-    prefetch_tensor_map(&params.k_map);
-    prefetch_tensor_map(&params.v_map);
+    // One producer warp: lane 0 takes the tiles and issues every TMA load; the whole warp hands
+    // each tile index over (warp-aligned named-barrier operations, which racecheck follows).
+    if (threadIdx.x >= 32) return;
+    const bool leader = threadIdx.x == 0;
+    if (leader) {
+      prefetch_tensor_map(&params.q_map);
+      prefetch_tensor_map(&params.k_map);
+      prefetch_tensor_map(&params.v_map);
+    }
     constexpr unsigned kKvBytes = cfg.kv_tile_bytes();
     // Q is read by one CTA once; K and V by every query block of their heads.
     const std::uint64_t read_once = l2_evict_first(), read_often = l2_evict_last();
@@ -211,31 +216,40 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
           tma_load_4d(dst + cb * kBlockN * 64, &params.v_map, &bars.v_full[slot], cb * 64,
                       (w.n_block_begin + i) * kBlockN, hk, b, read_often);
       };
-      if (n_blocks > 0) load_k(0);
-      mbarrier_wait(&bars.q_empty, (q_pass & 1) ^ 1);
-      if (q_pass > 0) named_barrier_sync_one_thread(kTileEmptyBarrier, kTileEmptyThreads);
-      bars.tile = valid ? tile : -1;
+      if (leader) {
+        if (n_blocks > 0) load_k(0);
+        mbarrier_wait(&bars.q_empty, (q_pass & 1) ^ 1);
+      }
+      __syncwarp();
+      if (q_pass > 0) named_barrier_sync(kTileEmptyBarrier, kTileEmptyThreads);
+      if (leader) bars.tile = valid ? tile : -1;
+      __syncwarp();
 #pragma unroll
       for (int c = 0; c < kConsumerGroups; ++c)
-        named_barrier_arrive_one_thread(kTileFullBarrier + c, kTileFullThreads);
-      if (n_blocks > 0) {
-        mbarrier_arrive_expect_tx(&bars.q_full, cfg.q_tile_bytes());
+        named_barrier_arrive(kTileFullBarrier + c, kTileFullThreads);
+      if (leader) {
+        if (n_blocks > 0) {
+          mbarrier_arrive_expect_tx(&bars.q_full, cfg.q_tile_bytes());
 #pragma unroll
-        for (int cb = 0; cb < kColBlocks; ++cb)
-          tma_load_4d(q_tile + cb * kBlockM * 64, &params.q_map, &bars.q_full, cb * 64,
-                      w.coords.m0, w.coords.h, b, read_once);
-      } else if (valid) {
-        mbarrier_arrive(&bars.q_full);  // a tile without key blocks: no Q to load
+          for (int cb = 0; cb < kColBlocks; ++cb)
+            tma_load_4d(q_tile + cb * kBlockM * 64, &params.q_map, &bars.q_full, cb * 64,
+                        w.coords.m0, w.coords.h, b, read_once);
+        } else if (valid) {
+          mbarrier_arrive(&bars.q_full);  // a tile without key blocks: no Q to load
+        }
       }
       if (!valid) break;
-      for (int i = 0; i < n_blocks; ++i) {
-        if (i + 1 < n_blocks) load_k(i + 1);
-        load_v(i);
+      if (leader) {
+        for (int i = 0; i < n_blocks; ++i) {
+          if (i + 1 < n_blocks) load_k(i + 1);
+          load_v(i);
+        }
+        tile = next_tile(params);
       }
       kv_it += n_blocks;
-      tile = next_tile(params);
+      tile = __shfl_sync(0xffffffffu, tile, 0);
     }
-    finish_schedule(params);
+    if (leader) finish_schedule(params);
     return;
   }
 

@@ -1,0 +1,322 @@
+// Hopper (sm_90a) backward: wgmma + TMA, warp-specialised. It replaces the sm80 backward's main
+// kernel (flash_bwd_kernel) on the fast score path (causal / window / key lengths, no mask,
+// softcap, ALiBi or dropout), 16-bit storage, D <= 128, non-deterministic mode; the prepare
+// (delta, lse) and convert (dq) kernels are the sm80 ones.
+//
+// One CTA = one producer warpgroup + two consumer warpgroups, and owns block_n = 128 keys of one
+// (kv head, batch); consumer warpgroup c owns keys 64c..64c+63 of the block. The CTA visits the
+// query blocks (block_m = 64 rows) of every query head of its kv head that see any of its keys.
+//   producer  one thread: K and V once, then per step Q and dO (TMA) into a ring of `stages`
+//             slots with full / empty mbarriers. (The consumers read the step's lse and delta
+//             rows from global memory: a bulk copy into shared memory would be ordered by
+//             mbarriers only, which compute-sanitizer's racecheck does not follow; staging them
+//             through shared memory behind a named barrier measured no faster.)
+//   consumers per step, with their 64 keys in the wgmma's M dimension:
+//               S^T  = K Q^T, dP^T = V dO^T        (wgmma, both operands in shared memory)
+//               P^T  = 2^(S^T scale log2e - lse), dS^T = P^T o (dP^T - delta)   (registers)
+//               dV  += P^T dO, dK += dS^T Q        (wgmma, P^T and dS^T from registers)
+//               dS^T -> shared memory; both warpgroups sync; then
+//               dQ   = dS K for half of the head dim's columns each (wgmma, dS^T and K read
+//                      transposed), added to the f32 workspace with red.global.add.v4.
+// dK (times scale) and dV are written once at the end.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/elements.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/tile_coords.cuh"
+#include "cuda/sm80/flash_bwd_kernel.cuh"
+#include "cuda/sm80/flash_bwd_params.hpp"
+#include "cuda/sm80/flash_fwd_config.hpp"
+#include "cuda/sm90/async.cuh"
+#include "cuda/sm90/wgmma.cuh"
+
+namespace tileattn::cuda {
+
+// The kernel parameter: the backward's parameters plus TMA descriptors of Q, K, V and dO (the
+// forward's 4-D boxes of 64 columns x rows, 128-byte swizzle).
+struct Sm90BwdParams {
+  FlashBwdParams base;
+  CUtensorMap q_map, k_map, v_map, do_map;
+};
+
+template <int kStages>
+struct Sm90BwdBarriers {
+  std::uint64_t kv_full;
+  std::uint64_t q_full[kStages], q_empty[kStages];
+};
+
+// Named barrier 1: the two consumer warpgroups, once their dS^T rows are in shared memory.
+inline constexpr int kDsReadyBarrier = 1;
+
+template <typename T, int kBucket>
+__global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
+    flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdParams params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr Sm90BwdTileConfig cfg = sm90_bwd_tile_config(kBucket);
+  constexpr int kDim = cfg.head_dim, kBlockM = cfg.block_m, kBlockN = cfg.block_n;
+  constexpr int kStages = cfg.stages, kColBlocks = kDim / 64;
+  constexpr int kQTiles = kBlockM / 8;       // n8 tiles of S^T / dP^T (query columns)
+  constexpr int kDTiles = kDim / 8;          // n8 tiles of dK / dV
+  constexpr int kDqCols = kDim / 2;          // dQ columns per consumer warpgroup
+  constexpr int kConsumerWarps = 8;
+  static_assert(kBlockM == 64 && kBlockN == 128 && kDim % 64 == 0, "tile shapes");
+  static_assert(cfg.producer_registers * 128 + cfg.consumer_registers * 256 <= 65536,
+                "register budget");
+  const FlashBwdParams& p = params.base;
+
+  extern __shared__ unsigned char smem_raw[];
+  T* const k_tile = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
+                                         ~static_cast<std::uintptr_t>(1023));
+  T* const v_tile = k_tile + kBlockN * kDim;       // both (block_n, D) as D/64 column blocks
+  T* const q_tiles = v_tile + kBlockN * kDim;      // stages x (block_m, D)
+  T* const do_tiles = q_tiles + kStages * kBlockM * kDim;  // stages x (block_m, D)
+  T* const ds_tiles = do_tiles + kStages * kBlockM * kDim;  // 2 x dS^T (block_n, block_m)
+  auto& bars = *reinterpret_cast<Sm90BwdBarriers<kStages>*>(ds_tiles + 2 * kBlockN * kBlockM);
+
+  const int n_block = static_cast<int>(blockIdx.x) % p.num_n_blocks;
+  const int hk = static_cast<int>(blockIdx.x) / p.num_n_blocks % p.heads_kv;
+  const int b = static_cast<int>(blockIdx.x) / p.num_n_blocks / p.heads_kv;
+  const int n0 = n_block * kBlockN;
+  const int klen = key_length(p, b);
+  const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
+
+  // Query blocks that see any key of this block (elements are masked one by one).
+  int m_begin = 0, m_end = 0;
+  if (n0 < klen) {
+    std::int64_t first = 0, last = p.len_q - 1;
+    const int last_key = min(n0 + kBlockN, klen) - 1;
+    if (p.window_right >= 0) first = max(first, n0 - p.window_right - diagonal);
+    if (p.window_left >= 0) last = min(last, last_key + p.window_left - diagonal);
+    if (first <= last) {
+      m_begin = static_cast<int>(first / kBlockM);
+      m_end = static_cast<int>(last / kBlockM) + 1;
+    }
+  }
+  const int m_blocks = m_end - m_begin;
+  const int n_iters = m_blocks * p.heads_per_kv;
+  // Step it: query head hk * heads_per_kv + it / m_blocks, rows from m0.
+  auto step_head = [&](int it) { return hk * p.heads_per_kv + it / m_blocks; };
+  auto step_m0 = [&](int it) { return (m_begin + it % m_blocks) * kBlockM; };
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(&bars.kv_full, 1);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&bars.q_full[s], 1);
+      mbarrier_init(&bars.q_empty[s], kConsumerWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int warp_group = static_cast<int>(threadIdx.x) / 128;
+  if (warp_group == 0) {  // ---------------------------------------------------- producer
+    setmaxnreg_dec<cfg.producer_registers>();
+    if (threadIdx.x != 0 || n_iters == 0) return;
+    prefetch_tensor_map(&params.q_map);
+    prefetch_tensor_map(&params.k_map);
+    prefetch_tensor_map(&params.v_map);
+    prefetch_tensor_map(&params.do_map);
+    mbarrier_arrive_expect_tx(&bars.kv_full, 2 * cfg.kv_tile_bytes());
+#pragma unroll
+    for (int cb = 0; cb < kColBlocks; ++cb) {
+      tma_load_4d(k_tile + cb * kBlockN * 64, &params.k_map, &bars.kv_full, cb * 64, n0, hk, b);
+      tma_load_4d(v_tile + cb * kBlockN * 64, &params.v_map, &bars.kv_full, cb * 64, n0, hk, b);
+    }
+    for (int it = 0; it < n_iters; ++it) {
+      const int slot = it % kStages, h = step_head(it), m0 = step_m0(it);
+      mbarrier_wait(&bars.q_empty[slot], ((it / kStages) & 1) ^ 1);
+      mbarrier_arrive_expect_tx(&bars.q_full[slot], 2 * cfg.q_tile_bytes());
+      T* q_dst = q_tiles + slot * kBlockM * kDim;
+      T* do_dst = do_tiles + slot * kBlockM * kDim;
+#pragma unroll
+      for (int cb = 0; cb < kColBlocks; ++cb) {
+        tma_load_4d(q_dst + cb * kBlockM * 64, &params.q_map, &bars.q_full[slot], cb * 64, m0, h,
+                    b);
+        tma_load_4d(do_dst + cb * kBlockM * 64, &params.do_map, &bars.q_full[slot], cb * 64, m0,
+                    h, b);
+      }
+    }
+    return;
+  }
+
+  // ----------------------------------------------------------------------------- consumers
+  setmaxnreg_inc<cfg.consumer_registers>();
+  const int consumer = warp_group - 1;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp_in_group = (static_cast<int>(threadIdx.x) / 32) % 4;
+  const int g = lane / 4, t = lane % 4;
+  // This thread's key rows (block-local) key_row0 and key_row0 + 8, and which queries see them.
+  const int key_row0 = consumer * 64 + warp_in_group * 16 + g;
+  const KeyRowVisibility seen_by[2] = {KeyRowVisibility(p, n0 + key_row0, klen, diagonal),
+                                       KeyRowVisibility(p, n0 + key_row0 + 8, klen, diagonal)};
+  const T* const k_rows = k_tile + consumer * 64 * 64;  // this warpgroup's 64 keys, block 0
+  const T* const v_rows = v_tile + consumer * 64 * 64;
+  // dQ's B operand: K's columns consumer * kDqCols.. (a column block, or half of one for D 64).
+  const T* const k_dq_cols =
+      k_tile + (consumer * kDqCols / 64) * kBlockN * 64 + (consumer * kDqCols) % 64;
+
+  float acc_dk[kDTiles][4], acc_dv[kDTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[dt][e] = acc_dv[dt][e] = 0.0f;
+
+  if (n_iters > 0) mbarrier_wait(&bars.kv_full, 0);
+  for (int it = 0; it < n_iters; ++it) {
+    const int slot = it % kStages, h = step_head(it), m0 = step_m0(it);
+    const T* q_s = q_tiles + slot * kBlockM * kDim;
+    const T* do_s = do_tiles + slot * kBlockM * kDim;
+    // This step's lse * log2(e) and delta rows (workspace, written by the prepare kernel).
+    const std::int64_t stats_row =
+        (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + m0 + 2 * t;
+    const float* lse_g = p.lse_log2 + stats_row;
+    const float* delta_g = p.delta + stats_row;
+    float2 lse2[kQTiles];
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt)
+      lse2[nt] = __ldg(reinterpret_cast<const float2*>(lse_g + nt * 8));
+    T* ds_s = ds_tiles + (it & 1) * kBlockN * kBlockM;
+    mbarrier_wait(&bars.q_full[slot], (it / kStages) & 1);
+
+    // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries each).
+    float s[kQTiles][4], dp[kQTiles][4];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kDim / 16; ++ks) {
+      const int cb = ks / 4, in_row = (ks % 4) * 16;
+      wgmma_ss<T, kBlockM>(s, sw128_desc(k_rows + cb * kBlockN * 64 + in_row, 16, 1024),
+                           sw128_desc(q_s + cb * kBlockM * 64 + in_row, 16, 1024), ks > 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int ks = 0; ks < kDim / 16; ++ks) {
+      const int cb = ks / 4, in_row = (ks % 4) * 16;
+      wgmma_ss<T, kBlockM>(dp, sw128_desc(v_rows + cb * kBlockN * 64 + in_row, 16, 1024),
+                           sw128_desc(do_s + cb * kBlockM * 64 + in_row, 16, 1024), ks > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    fence_operand(s);
+
+    // P^T = 2^(S^T scale log2e - lse); keys a row does not see, and rows without keys, give 0.
+    const int last_row = min(m0 + kBlockM, p.len_q) - 1;
+    const bool edge = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float lse = (e & 1) ? lse2[nt].y : lse2[nt].x;
+        s[nt][e] = exp2_approx(fmaf(s[nt][e], p.scale_log2, -lse));
+        if (edge && !seen_by[e / 2].sees(m0 + nt * 8 + 2 * t + (e & 1))) s[nt][e] = 0.0f;
+      }
+    }
+    std::uint32_t pa[kBlockM / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < kBlockM / 16; ++ks) {
+      pa[ks][0] = MmaType<T>::pack(s[2 * ks][0], s[2 * ks][1]);
+      pa[ks][1] = MmaType<T>::pack(s[2 * ks][2], s[2 * ks][3]);
+      pa[ks][2] = MmaType<T>::pack(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+      pa[ks][3] = MmaType<T>::pack(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+    }
+    wgmma_wait<0>();
+    fence_operand(dp);
+
+    // dS^T = P^T o (dP^T - delta), packed as the dK GEMM's A operand and stored (swizzled like
+    // the TMA tiles: 16-byte chunk c of row r at c ^ (r % 8)) for dQ.
+    std::uint32_t da[kBlockM / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+      const float2 delta2 = __ldg(reinterpret_cast<const float2*>(delta_g + nt * 8));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - ((e & 1) ? delta2.y : delta2.x);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = key_row0 + 8 * hh;
+        const std::uint32_t packed = MmaType<T>::pack(s[nt][2 * hh], s[nt][2 * hh + 1]);
+        *reinterpret_cast<std::uint32_t*>(ds_s + row * 64 + ((nt ^ (row % 8)) * 8) + 2 * t) =
+            packed;
+        da[nt / 2][(nt % 2) * 2 + hh] = packed;
+      }
+    }
+
+    // dV += P^T dO and dK += dS^T Q (B operands read MN-major: rows of dO / Q are the k index).
+    fence_operand(acc_dv);
+    fence_operand(acc_dk);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kBlockM / 16; ++ks)
+      wgmma_rs<T, kDim>(acc_dv, pa[ks], sw128_desc(do_s + ks * 16 * 64, kBlockM * 128, 1024));
+#pragma unroll
+    for (int ks = 0; ks < kBlockM / 16; ++ks)
+      wgmma_rs<T, kDim>(acc_dk, da[ks], sw128_desc(q_s + ks * 16 * 64, kBlockM * 128, 1024));
+    wgmma_commit();
+
+    // dQ (64 queries x kDqCols) = dS K once both warpgroups' dS^T rows are in shared memory.
+    fence_proxy_async_shared();
+    named_barrier_sync(kDsReadyBarrier, 256);
+    float acc_dq[kDqCols / 8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kBlockN / 16; ++ks)
+      wgmma_ss_tt<T, kDqCols>(acc_dq, sw128_desc(ds_s + ks * 16 * 64, kBlockN * 128, 1024),
+                              sw128_desc(k_dq_cols + ks * 16 * 64, kBlockN * 128, 1024), ks > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operand(acc_dv);
+    fence_operand(acc_dk);
+    fence_operand(acc_dq);
+    // Q and dO of this slot are no longer read.
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&bars.q_empty[slot]);
+
+    // dQ rows m0 + 16 warp + g (+8), columns consumer * kDqCols + 8 nt + 2t (+1): lanes t and
+    // t ^ 1 trade halves so that each adds one 16-byte vector (see flash_bwd_kernel).
+    float* dq_rows =
+        p.dq_accum + (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded * kDim;
+#pragma unroll
+    for (int nt = 0; nt < kDqCols / 8; ++nt) {
+      const float* c = acc_dq[nt];
+      const bool odd = (t & 1) != 0;
+      const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
+      const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+      const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+      const int i = m0 + warp_in_group * 16 + g + (odd ? 8 : 0);
+      const int d = consumer * kDqCols + nt * 8 + 2 * (t & ~1);
+      if (i < p.len_q && d < p.dim)
+        red_add_v4(dq_rows + static_cast<std::int64_t>(i) * kDim + d, odd ? got0 : c[0],
+                   odd ? got1 : c[1], odd ? c[2] : got0, odd ? c[3] : got1);
+    }
+  }
+
+  // Epilogue: dK = scale * acc_dk, dV = acc_dv for every key row < len_k (zeros for keys that no
+  // query sees).
+  const std::int64_t dk_esize = p.dk_type == ElemType::f32 ? 4 : 2;
+  const std::int64_t dv_esize = p.dv_type == ElemType::f32 ? 4 : 2;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int j = n0 + key_row0 + 8 * hh;
+    if (j >= p.len_k) continue;
+    char* dk_row = static_cast<char*>(p.dk) +
+                   (b * p.dk_stride_b + hk * p.dk_stride_h + j * p.dk_stride_l) * dk_esize;
+    char* dv_row = static_cast<char*>(p.dv) +
+                   (b * p.dv_stride_b + hk * p.dv_stride_h + j * p.dv_stride_l) * dv_esize;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int d = dt * 8 + 2 * t + e;
+        if (d < p.dim) store_elem(dk_row, d, p.dk_type, acc_dk[dt][2 * hh + e] * p.scale);
+        if (d < p.dim_v) store_elem(dv_row, d, p.dv_type, acc_dv[dt][2 * hh + e]);
+      }
+  }
+#endif
+}
+
+}  // namespace tileattn::cuda

@@ -1,0 +1,44 @@
+// Host launch of the sm90 backward: TMA descriptors of Q, K, V and dO, then the prepare kernel,
+// one CTA per (key block, kv head, batch) of the sm90 kernel, and the dq conversion.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/launch.cuh"
+#include "cuda/sm90/flash_bwd_sm90.cuh"
+#include "cuda/sm90/flash_bwd_sm90_launch.hpp"
+#include "cuda/sm90/tensor_maps.hpp"
+
+namespace tileattn::cuda {
+
+template <typename T, int kBucket>
+cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
+  constexpr Sm90BwdTileConfig cfg = sm90_bwd_tile_config(kBucket);
+  constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  Sm90BwdParams params{};
+  params.base = p;
+  if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, p.len_q, p.heads_q, p.batch,
+                       p.q_stride_l, p.q_stride_h, p.q_stride_b, cfg.block_m) ||
+      !encode_tile_map(&params.do_map, p.dout, bf16, p.dim_v, p.len_q, p.heads_q, p.batch,
+                       p.do_stride_l, p.do_stride_h, p.do_stride_b, cfg.block_m) ||
+      !encode_tile_map(&params.k_map, p.k, bf16, p.dim, p.len_k, p.heads_kv, p.batch,
+                       p.k_stride_l, p.k_stride_h, p.k_stride_b, cfg.block_n) ||
+      !encode_tile_map(&params.v_map, p.v, bf16, p.dim_v, p.len_k, p.heads_kv, p.batch,
+                       p.v_stride_l, p.v_stride_h, p.v_stride_b, cfg.block_n))
+    return cudaErrorNotSupported;
+  cudaError_t status = launch_flash_bwd_prepare<T>(p, stream);
+  if (status != cudaSuccess) return status;
+  const std::int64_t ctas = static_cast<std::int64_t>(p.num_n_blocks) * p.heads_kv * p.batch;
+  if (ctas > 0) {
+    status = launch_kernel(&flash_bwd_sm90_kernel<T, kBucket>, cfg, params,
+                           static_cast<unsigned>(ctas), stream);
+    if (status != cudaSuccess) return status;
+  }
+  return launch_flash_bwd_convert_dq<kBucket>(p, stream);
+}
+
+#define TILEATTN_DEFINE_FLASH_BWD_SM90(T, bucket) \
+  template cudaError_t launch_flash_bwd_sm90<T, bucket>(const FlashBwdParams&, cudaStream_t);
+
+}  // namespace tileattn::cuda
