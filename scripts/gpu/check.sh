@@ -225,7 +225,7 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
   sections=(--section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis)
   D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
-  timeout 200 "$NCU" --kernel-name regex:flash_bwd_kernel --launch-count 1 "${sections[@]}" \
+  timeout 200 "$NCU" --kernel-name regex:"flash_bwd_(sm90_)?kernel" --launch-count 1 "${sections[@]}" \
     "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$L" --iters 1 \
     --warmup 0 >"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (tileattn) failed"
   timeout 200 "$NCU" --kernel-name regex:flash_bwd_dq_dk_dv --launch-count 1 "${sections[@]}" \
