@@ -223,6 +223,7 @@ fi
 if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's and PyTorch FA2's
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   sections=(--section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats
+            --section SchedulerStats --section InstructionStats --section SourceCounters
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis)
   D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
   timeout 200 "$NCU" --kernel-name regex:"flash_bwd_(sm90_)?kernel" --launch-count 1 "${sections[@]}" \
