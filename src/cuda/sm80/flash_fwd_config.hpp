@@ -131,10 +131,12 @@ struct Sm90BwdTileConfig {
   constexpr int kv_tile_bytes() const { return block_n * head_dim * 2; }
   constexpr int q_tile_bytes() const { return block_m * head_dim * 2; }
   constexpr int ds_tile_bytes() const { return block_n * block_m * 2; }
-  // K and V; stages x (Q, dO); two dS^T tiles; barriers and 1 KB to align the base to the
-  // 1024-byte swizzle atom.
+  constexpr int row_stats_bytes() const { return block_m * 4; }  // lse or delta of one step
+  // K and V; stages x (Q, dO, lse, delta); two dS^T tiles; barriers and 1 KB to align the base
+  // to the 1024-byte swizzle atom.
   constexpr int smem_bytes() const {
-    return 2 * kv_tile_bytes() + stages * 2 * q_tile_bytes() + 2 * ds_tile_bytes() + 2048;
+    return 2 * kv_tile_bytes() + stages * 2 * (q_tile_bytes() + row_stats_bytes()) +
+           2 * ds_tile_bytes() + 2048;
   }
 };
 

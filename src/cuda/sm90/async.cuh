@@ -1,6 +1,7 @@
 // Hopper (sm_90a) asynchronous machinery used by the warp-specialised kernels:
 //   - mbarrier: init, arrive, arrive with an expected transaction byte count, parity wait;
-//   - TMA: cp.async.bulk.tensor 4-D loads that complete on an mbarrier, tensor-map prefetch,
+//   - TMA: cp.async.bulk.tensor 4-D loads and plain bulk copies that complete on an mbarrier,
+//     tensor-map prefetch,
 //     the generic-to-async proxy fence;
 //   - register reallocation between warpgroups (setmaxnreg);
 //   - named barriers (bar.sync / bar.arrive with a thread count);
@@ -80,6 +81,17 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* map, std
       " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_address(smem_dst)),
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
       "r"(smem_address(bar)), "l"(policy)
+      : "memory");
+}
+
+// Bulk (non-tensor) copy of `bytes` contiguous bytes from global to shared memory, completing
+// on `bar` like a TMA load (addresses 16-byte aligned, bytes a multiple of 16).
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* src, unsigned bytes,
+                                          std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      ::"r"(smem_address(smem_dst)), "l"(reinterpret_cast<std::uint64_t>(src)), "r"(bytes),
+      "r"(smem_address(bar))
       : "memory");
 }
 

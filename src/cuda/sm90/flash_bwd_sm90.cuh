@@ -6,11 +6,13 @@
 // One CTA = one producer warpgroup + two consumer warpgroups, and owns block_n = 128 keys of one
 // (kv head, batch); consumer warpgroup c owns keys 64c..64c+63 of the block. The CTA visits the
 // query blocks (block_m = 64 rows) of every query head of its kv head that see any of its keys.
-//   producer  one thread: K and V once, then per step Q and dO (TMA) into a ring of `stages`
-//             slots with full / empty mbarriers. (The consumers read the step's lse and delta
-//             rows from global memory: a bulk copy into shared memory would be ordered by
-//             mbarriers only, which compute-sanitizer's racecheck does not follow; staging them
-//             through shared memory behind a named barrier measured no faster.)
+//   producer  one warp (lane 0 issues): K and V once, then per step Q and dO (TMA) and the
+//             step's lse and delta rows (bulk copies) into a ring of `stages` slots. The copies
+//             complete on a per-slot mbarrier, which only the producer warp waits for; it then
+//             hands the slot to the consumers through a "step full" named barrier, and takes it
+//             back through a "step empty" one. (The consumers read lse and delta with ordinary
+//             loads: ordered by mbarriers alone, compute-sanitizer's racecheck, which does not
+//             follow mbarriers, reports those reads; named barriers it does follow.)
 //   consumers per step, with their 64 keys in the wgmma's M dimension:
 //               S^T  = K Q^T, dP^T = V dO^T        (wgmma, both operands in shared memory)
 //               P^T  = 2^(S^T scale log2e - lse), dS^T = P^T o (dP^T - delta)   (registers)
@@ -48,11 +50,15 @@ struct Sm90BwdParams {
 template <int kStages>
 struct Sm90BwdBarriers {
   std::uint64_t kv_full;
-  std::uint64_t q_full[kStages], q_empty[kStages];
+  std::uint64_t q_full[kStages];  // the slot's Q, dO, lse and delta landed
 };
 
 // Named barrier 1: the two consumer warpgroups, once their dS^T rows are in shared memory.
 inline constexpr int kDsReadyBarrier = 1;
+// Named barriers 2 + slot ("step full": the producer warp arrives, the consumers sync) and
+// 2 + stages + slot ("step empty": the consumers arrive, the producer warp syncs).
+inline constexpr int kStepFullBarrier = 2;
+inline constexpr int kStepBarrierThreads = 32 + 256;
 
 template <typename T, int kBucket>
 __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
@@ -64,7 +70,6 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   constexpr int kQTiles = kBlockM / 8;       // n8 tiles of S^T / dP^T (query columns)
   constexpr int kDTiles = kDim / 8;          // n8 tiles of dK / dV
   constexpr int kDqCols = kDim / 2;          // dQ columns per consumer warpgroup
-  constexpr int kConsumerWarps = 8;
   static_assert(kBlockM == 64 && kBlockN == 128 && kDim % 64 == 0, "tile shapes");
   static_assert(cfg.producer_registers * 128 + cfg.consumer_registers * 256 <= 65536,
                 "register budget");
@@ -77,7 +82,11 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   T* const q_tiles = v_tile + kBlockN * kDim;      // stages x (block_m, D)
   T* const do_tiles = q_tiles + kStages * kBlockM * kDim;  // stages x (block_m, D)
   T* const ds_tiles = do_tiles + kStages * kBlockM * kDim;  // 2 x dS^T (block_n, block_m)
-  auto& bars = *reinterpret_cast<Sm90BwdBarriers<kStages>*>(ds_tiles + 2 * kBlockN * kBlockM);
+  float* const row_stats =  // stages x [lse_log2, delta] (block_m each)
+      reinterpret_cast<float*>(ds_tiles + 2 * kBlockN * kBlockM);
+  auto& bars = *reinterpret_cast<Sm90BwdBarriers<kStages>*>(row_stats + kStages * 2 * kBlockM);
+  constexpr int kStepEmptyBarrier = kStepFullBarrier + kStages;
+  static_assert(kStepEmptyBarrier + kStages <= 16, "named barriers");
 
   const int n_block = static_cast<int>(blockIdx.x) % p.num_n_blocks;
   const int hk = static_cast<int>(blockIdx.x) / p.num_n_blocks % p.heads_kv;
@@ -107,10 +116,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   if (threadIdx.x == 0) {
     mbarrier_init(&bars.kv_full, 1);
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(&bars.q_full[s], 1);
-      mbarrier_init(&bars.q_empty[s], kConsumerWarps);
-    }
+    for (int s = 0; s < kStages; ++s) mbarrier_init(&bars.q_full[s], 1);
     fence_barrier_init();
   }
   __syncthreads();
@@ -118,29 +124,49 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   const int warp_group = static_cast<int>(threadIdx.x) / 128;
   if (warp_group == 0) {  // ---------------------------------------------------- producer
     setmaxnreg_dec<cfg.producer_registers>();
-    if (threadIdx.x != 0 || n_iters == 0) return;
-    prefetch_tensor_map(&params.q_map);
-    prefetch_tensor_map(&params.k_map);
-    prefetch_tensor_map(&params.v_map);
-    prefetch_tensor_map(&params.do_map);
-    mbarrier_arrive_expect_tx(&bars.kv_full, 2 * cfg.kv_tile_bytes());
+    if (threadIdx.x >= 32 || n_iters == 0) return;
+    const bool leader = threadIdx.x == 0;  // issues the copies; the whole warp does the barriers
+    if (leader) {
+      prefetch_tensor_map(&params.q_map);
+      prefetch_tensor_map(&params.k_map);
+      prefetch_tensor_map(&params.v_map);
+      prefetch_tensor_map(&params.do_map);
+      mbarrier_arrive_expect_tx(&bars.kv_full, 2 * cfg.kv_tile_bytes());
 #pragma unroll
-    for (int cb = 0; cb < kColBlocks; ++cb) {
-      tma_load_4d(k_tile + cb * kBlockN * 64, &params.k_map, &bars.kv_full, cb * 64, n0, hk, b);
-      tma_load_4d(v_tile + cb * kBlockN * 64, &params.v_map, &bars.kv_full, cb * 64, n0, hk, b);
+      for (int cb = 0; cb < kColBlocks; ++cb) {
+        tma_load_4d(k_tile + cb * kBlockN * 64, &params.k_map, &bars.kv_full, cb * 64, n0, hk, b);
+        tma_load_4d(v_tile + cb * kBlockN * 64, &params.v_map, &bars.kv_full, cb * 64, n0, hk, b);
+      }
     }
-    for (int it = 0; it < n_iters; ++it) {
+    const auto load_step = [&](int it) {
+      if (!leader) return;
       const int slot = it % kStages, h = step_head(it), m0 = step_m0(it);
-      mbarrier_wait(&bars.q_empty[slot], ((it / kStages) & 1) ^ 1);
-      mbarrier_arrive_expect_tx(&bars.q_full[slot], 2 * cfg.q_tile_bytes());
+      std::uint64_t* full = &bars.q_full[slot];
+      mbarrier_arrive_expect_tx(full, 2 * (cfg.q_tile_bytes() + cfg.row_stats_bytes()));
       T* q_dst = q_tiles + slot * kBlockM * kDim;
       T* do_dst = do_tiles + slot * kBlockM * kDim;
 #pragma unroll
       for (int cb = 0; cb < kColBlocks; ++cb) {
-        tma_load_4d(q_dst + cb * kBlockM * 64, &params.q_map, &bars.q_full[slot], cb * 64, m0, h,
-                    b);
-        tma_load_4d(do_dst + cb * kBlockM * 64, &params.do_map, &bars.q_full[slot], cb * 64, m0,
-                    h, b);
+        tma_load_4d(q_dst + cb * kBlockM * 64, &params.q_map, full, cb * 64, m0, h, b);
+        tma_load_4d(do_dst + cb * kBlockM * 64, &params.do_map, full, cb * 64, m0, h, b);
+      }
+      const std::int64_t stats_row =
+          (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + m0;
+      float* stats = row_stats + slot * 2 * kBlockM;
+      bulk_load(stats, p.lse_log2 + stats_row, cfg.row_stats_bytes(), full);
+      bulk_load(stats + kBlockM, p.delta + stats_row, cfg.row_stats_bytes(), full);
+    };
+    for (int it = 0; it < min(kStages, n_iters); ++it) load_step(it);
+    for (int it = 0; it < n_iters; ++it) {
+      // Step it landed: hand its slot to the consumers.
+      mbarrier_wait(&bars.q_full[it % kStages], (it / kStages) & 1);
+      named_barrier_arrive(kStepFullBarrier + it % kStages, kStepBarrierThreads);
+      // Refill the slot of step it - 1 once the consumers are done with it (after handing over
+      // step it, so that the consumers never wait for this refill).
+      const int done = it - 1;
+      if (done >= 0 && done + kStages < n_iters) {
+        named_barrier_sync(kStepEmptyBarrier + done % kStages, kStepBarrierThreads);
+        load_step(done + kStages);
       }
     }
     return;
@@ -173,17 +199,12 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     const int slot = it % kStages, h = step_head(it), m0 = step_m0(it);
     const T* q_s = q_tiles + slot * kBlockM * kDim;
     const T* do_s = do_tiles + slot * kBlockM * kDim;
-    // This step's lse * log2(e) and delta rows (workspace, written by the prepare kernel).
-    const std::int64_t stats_row =
-        (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + m0 + 2 * t;
-    const float* lse_g = p.lse_log2 + stats_row;
-    const float* delta_g = p.delta + stats_row;
-    float2 lse2[kQTiles];
-#pragma unroll
-    for (int nt = 0; nt < kQTiles; ++nt)
-      lse2[nt] = __ldg(reinterpret_cast<const float2*>(lse_g + nt * 8));
+    // This step's lse * log2(e) and delta rows (from the prepare kernel's workspace).
+    const float* lse_s = row_stats + slot * 2 * kBlockM + 2 * t;
+    const float* delta_s = lse_s + kBlockM;
     T* ds_s = ds_tiles + (it & 1) * kBlockN * kBlockM;
-    mbarrier_wait(&bars.q_full[slot], (it / kStages) & 1);
+    named_barrier_sync(kStepFullBarrier + slot, kStepBarrierThreads);
+    mbarrier_wait(&bars.q_full[slot], (it / kStages) & 1);  // (completed: the wgmma's view)
 
     // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries each).
     float s[kQTiles][4], dp[kQTiles][4];
@@ -210,9 +231,10 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     const bool edge = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
+      const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + nt * 8);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float lse = (e & 1) ? lse2[nt].y : lse2[nt].x;
+        const float lse = (e & 1) ? lse2.y : lse2.x;
         s[nt][e] = exp2_approx(fmaf(s[nt][e], p.scale_log2, -lse));
         if (edge && !seen_by[e / 2].sees(m0 + nt * 8 + 2 * t + (e & 1))) s[nt][e] = 0.0f;
       }
@@ -233,7 +255,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     std::uint32_t da[kBlockM / 16][4];
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
-      const float2 delta2 = __ldg(reinterpret_cast<const float2*>(delta_g + nt * 8));
+      const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + nt * 8);
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - ((e & 1) ? delta2.y : delta2.x);
 #pragma unroll
@@ -272,9 +294,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     fence_operand(acc_dv);
     fence_operand(acc_dk);
     fence_operand(acc_dq);
-    // Q and dO of this slot are no longer read.
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(&bars.q_empty[slot]);
+    // Nothing of this slot is read any more: the producer may refill it.
+    if (it + kStages < n_iters) named_barrier_arrive(kStepEmptyBarrier + slot, kStepBarrierThreads);
 
     // dQ rows m0 + 16 warp + g (+8), columns consumer * kDqCols + 8 nt + 2t (+1): lanes t and
     // t ^ 1 trade halves so that each adds one 16-byte vector (see flash_bwd_kernel).
