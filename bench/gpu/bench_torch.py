@@ -34,10 +34,12 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json", default="")
     ap.add_argument("--backward", type=int, default=0)
+    ap.add_argument("--backends", default="torch_fa2,torch_cudnn")
     args = ap.parse_args()
     dims = [int(x) for x in args.dims.split(",")]
     lengths = [int(x) for x in args.lengths.split(",")]
     backends = {"torch_fa2": SDPBackend.FLASH_ATTENTION, "torch_cudnn": SDPBackend.CUDNN_ATTENTION}
+    backends = {name: backends[name] for name in args.backends.split(",")}
     print(f"torch {torch.__version__}, cuda {torch.version.cuda}, cudnn {torch.backends.cudnn.version()}, "
           f"{torch.cuda.get_device_name()}")
     records = []

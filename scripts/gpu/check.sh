@@ -232,6 +232,13 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
   timeout 200 "$NCU" --kernel-name regex:flash_bwd_dq_dk_dv --launch-count 1 "${sections[@]}" \
     python3 bench/gpu/bench_torch.py --backward 1 --dims "$D" --lengths "$L" --iters 1 --warmup 0 \
     >>"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (torch) failed"
+  # cuDNN's backward: every kernel of one backward call whose name is not PyTorch's own.
+  timeout 200 "$NCU" --kernel-name regex:'^(?!.*(at::|elementwise|vectorized|reduce)).*$' \
+    --launch-skip 0 --launch-count 6 --section SpeedOfLight --section LaunchStats --section Occupancy \
+    python3 bench/gpu/bench_torch.py --backward 1 --backends torch_cudnn --dims "$D" --lengths "$L" \
+    --iters 1 --warmup 0 >"$OUT/ncu_bwd_cudnn.txt" 2>&1 || note "-- ncu (cudnn) failed"
+  grep -E "^  [A-Za-z_].*Context|Duration|Registers Per|Block Size|Grid Size|Shared Memory Config|Dynamic Shared" \
+    "$OUT/ncu_bwd_cudnn.txt" | tee -a "$SUMMARY"
   grep -E "^  [a-z_]+.*Context|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|L1/TEX Hit|Executed Ipc A" \
     "$OUT/ncu_bwd.txt" | tee -a "$SUMMARY"
 fi
