@@ -3,7 +3,7 @@
 # against the CPU reference, compute-sanitizer memcheck + racecheck on the small cases, then the
 # benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
 #
-#   bash scripts/gpu/check.sh [stages]   stages: any of build test sanitize bench bench_bwd ncu_bwd
+#   bash scripts/gpu/check.sh [stages]   stages: any of build test sanitize race_repeat bench bench_bwd ncu_bwd ncu_src
 #                                        (default: all but ncu_bwd; bench_bwd: the backward vs
 #                                        PyTorch FA2 and cuDNN; ncu_bwd: Nsight Compute on both
 #                                        backward kernels, D=NCU_BWD_DIM, L=NCU_BWD_LENGTH)
@@ -136,6 +136,20 @@ if has_stage sanitize; then
   note "   ($(($(date +%s) - start)) s)"
 fi
 
+if has_stage race_repeat; then  # racecheck RACE_REPEAT times on RACE_FILTER, and the SASS of the
+  # sm90 forward objects, to place any reported offsets
+  start=$(date +%s)
+  TILEATTN_CUDA_DISABLE_SM90=0 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 99 \
+    "$BUILD/tests/cuda/tileattn_cuda_tests" --gtest_filter="${RACE_FILTER:-*Small*}" \
+    --gtest_repeat="${RACE_REPEAT:-5}" >"$OUT/race_repeat.log" 2>&1
+  note "-- racecheck x${RACE_REPEAT:-5} on ${RACE_FILTER:-*Small*}: rc $?; $(grep -c "Race reported" "$OUT/race_repeat.log") reports"
+  grep -E "Race reported|Write access|Read access" "$OUT/race_repeat.log" | sort | uniq -c | head -20 | tee -a "$SUMMARY"
+  for obj in "$BUILD"/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_fwd_sm90_hdim*.o; do
+    cuobjdump --dump-sass --gpu-architecture sm_90a "$obj" 2>/dev/null
+  done | gzip -c >"$OUT/fwd_sm90.sass.gz"
+  note "   ($(($(date +%s) - start)) s)"
+fi
+
 if has_stage bench; then
   dims=${BENCH_DIMS:-64,128,256}
   lengths=${BENCH_LENGTHS:-512,1024,2048,4096,8192,16384}
@@ -241,6 +255,19 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
     "$OUT/ncu_bwd_cudnn.txt" | tee -a "$SUMMARY"
   grep -E "^  [a-z_]+.*Context|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|L1/TEX Hit|Executed Ipc A" \
     "$OUT/ncu_bwd.txt" | tee -a "$SUMMARY"
+fi
+if has_stage ncu_src; then  # per-SASS-instruction stall samples of the sm90 backward, and its SASS
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
+  timeout 200 "$NCU" --kernel-name regex:"flash_bwd_sm90_kernel" --launch-count 1 --section WarpStateStats \
+    --section SourceCounters --print-details all "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 \
+    --dims "$D" --lengths "$L" --iters 1 --warmup 0 >"$OUT/ncu_stalls.txt" 2>&1 || note "-- ncu_src (details) failed"
+  timeout 200 "$NCU" --kernel-name regex:"flash_bwd_sm90_kernel" --launch-count 1 --section SourceCounters \
+    --section WarpStateStats --page source --print-source sass --csv "$BUILD/bench/gpu/tileattn_gpu_bench" \
+    --backward 1 --dims "$D" --lengths "$L" --iters 1 --warmup 0 >/tmp/ncu_src.csv 2>&1 || note "-- ncu_src failed"
+  gzip -c /tmp/ncu_src.csv >"$OUT/ncu_src.csv.gz"
+  cuobjdump --dump-sass --gpu-architecture sm_90a \
+    "$BUILD/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_bwd_sm90_hdim$D.cu.o" | gzip -c >"$OUT/bwd_sm90.sass.gz"
 fi
 note "== done, status $status"
 exit $status

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/dq_layout.cuh"
 #include "cuda/common/elements.cuh"
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
@@ -76,7 +77,8 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   }
 }
 
-// dq[b, i, h, d] = scale * dq_accum[b, h, i, d]; one thread per element.
+// dq[b, i, h, d] = scale * dq_accum[b, h, i, d] (row-major or the sm90 kernel's tiled layout);
+// one thread per element.
 template <int kBucket>
 __global__ void __launch_bounds__(256) flash_bwd_convert_dq(const __grid_constant__ FlashBwdParams p) {
   const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * 256 + threadIdx.x;
@@ -87,9 +89,10 @@ __global__ void __launch_bounds__(256) flash_bwd_convert_dq(const __grid_constan
   const int i = static_cast<int>(index / per_row % p.len_q);
   const int h = static_cast<int>(index / per_row / p.len_q % p.heads_q);
   const int b = static_cast<int>(index / per_row / p.len_q / p.heads_q);
-  const float x =
-      p.dq_accum[((static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + i) * kBucket +
-                 d];
+  const std::int64_t plane = (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded;
+  const float x = p.dq_accum[plane * kBucket + (p.dq_tile_cols > 0
+                                                    ? dq_tiled_offset(i, d, p.dq_tile_cols)
+                                                    : static_cast<std::int64_t>(i) * kBucket + d)];
   const std::int64_t esize = p.dq_type == ElemType::f32 ? 4 : 2;
   char* row = static_cast<char*>(p.dq) +
               (b * p.dq_stride_b + i * p.dq_stride_l + h * p.dq_stride_h) * esize;

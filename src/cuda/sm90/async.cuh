@@ -95,6 +95,45 @@ __device__ __forceinline__ void bulk_load(void* smem_dst, const void* src, unsig
       : "memory");
 }
 
+// Bulk reduction global[i] += shared[i] over `bytes` contiguous bytes of f32 (16-byte aligned,
+// a multiple of 16), in the issuing thread's bulk async-group.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const void* smem_src,
+                                                    unsigned bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+          reinterpret_cast<std::uint64_t>(dst)),
+      "r"(smem_address(smem_src)), "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Waits until every committed bulk group has finished reading shared memory (kRead) or has
+// completed.
+template <bool kRead>
+__device__ __forceinline__ void bulk_wait_all() {
+  if constexpr (kRead)
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  else
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+// 16-byte shared-memory store (an explicit st.shared: a generic pointer would cost a generic
+// store, and `address` is a shared-window address as smem_address gives it).
+__device__ __forceinline__ void store_shared_v4(std::uint32_t address, float a, float b, float c,
+                                                float d) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "f"(a), "f"(b),
+               "f"(c), "f"(d)
+               : "memory");
+}
+
+// 8-byte shared-memory load from a shared-window address.
+__device__ __forceinline__ float2 load_shared_v2(std::uint32_t address) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(address));
+  return v;
+}
+
 // Orders this thread's earlier generic-proxy shared-memory writes before later async-proxy
 // reads (wgmma operands, TMA stores) once a barrier has made them visible to the reader.
 __device__ __forceinline__ void fence_proxy_async_shared() {

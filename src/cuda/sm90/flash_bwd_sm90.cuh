@@ -19,7 +19,13 @@
 //               dV  += P^T dO, dK += dS^T Q        (wgmma, P^T and dS^T from registers)
 //               dS^T -> shared memory; both warpgroups sync; then
 //               dQ   = dS K for half of the head dim's columns each (wgmma, dS^T and K read
-//                      transposed), added to the f32 workspace with red.global.add.v4.
+//                      transposed), written to shared memory in fragment order
+//                      (cuda/common/dq_layout.cuh).
+//   dQ warp   (warp 1 of the producer warpgroup) per step adds the two dQ sub-tiles to the f32
+//             workspace with one bulk reduction each (cp.reduce.async.bulk .add.f32): the
+//             consumers issue no global atomics. (With red.global.add.v4 from the consumers,
+//             each reduction waited for the previous one to read its registers: ncu put ~20%
+//             of the consumers' stall samples there.)
 // dK (times scale) and dV are written once at the end.
 #pragma once
 
@@ -29,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/dq_layout.cuh"
 #include "cuda/common/elements.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/tile_coords.cuh"
@@ -59,6 +66,10 @@ inline constexpr int kDsReadyBarrier = 1;
 // 2 + stages + slot ("step empty": the consumers arrive, the producer warp syncs).
 inline constexpr int kStepFullBarrier = 2;
 inline constexpr int kStepBarrierThreads = 32 + 256;
+// Named barriers 2 + 2 stages + c ("dQ full": consumer warpgroup c arrives once its dQ sub-tile
+// is in shared memory, the dQ warp syncs) and 4 + 2 stages + c ("dQ empty": the dQ warp arrives
+// once the bulk reduction has read it, the warpgroup syncs before writing the next one).
+inline constexpr int kDqBarrierThreads = 32 + 128;
 
 template <typename T, int kBucket>
 __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
@@ -84,9 +95,11 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   T* const ds_tiles = do_tiles + kStages * kBlockM * kDim;  // 2 x dS^T (block_n, block_m)
   float* const row_stats =  // stages x [lse_log2, delta] (block_m each)
       reinterpret_cast<float*>(ds_tiles + 2 * kBlockN * kBlockM);
-  auto& bars = *reinterpret_cast<Sm90BwdBarriers<kStages>*>(row_stats + kStages * 2 * kBlockM);
+  float* const dq_stage = row_stats + kStages * 2 * kBlockM;  // 2 x dQ sub-tile (64 x kDqCols)
+  auto& bars = *reinterpret_cast<Sm90BwdBarriers<kStages>*>(dq_stage + 2 * 64 * kDqCols);
   constexpr int kStepEmptyBarrier = kStepFullBarrier + kStages;
-  static_assert(kStepEmptyBarrier + kStages <= 16, "named barriers");
+  constexpr int kDqFullBarrier = kStepEmptyBarrier + kStages, kDqEmptyBarrier = kDqFullBarrier + 2;
+  static_assert(kDqEmptyBarrier + 2 <= 16, "named barriers");
 
   const int n_block = static_cast<int>(blockIdx.x) % p.num_n_blocks;
   const int hk = static_cast<int>(blockIdx.x) / p.num_n_blocks % p.heads_kv;
@@ -124,7 +137,35 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   const int warp_group = static_cast<int>(threadIdx.x) / 128;
   if (warp_group == 0) {  // ---------------------------------------------------- producer
     setmaxnreg_dec<cfg.producer_registers>();
-    if (threadIdx.x >= 32 || n_iters == 0) return;
+    if (threadIdx.x >= 64 || n_iters == 0) return;
+    if (threadIdx.x >= 32) {  // the dQ warp: lane 0 adds each step's two sub-tiles to dq_accum
+      // Step it's rows: query head h, block m (walked like step_head / step_m0).
+      int h = hk * p.heads_per_kv, m = m_begin;
+      for (int it = 0; it < n_iters; ++it) {
+        float* dst = p.dq_accum +
+                     ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + m * kBlockM) *
+                         kDim;
+        if (++m == m_end) m = m_begin, ++h;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          named_barrier_sync(kDqFullBarrier + c, kDqBarrierThreads);
+          if (threadIdx.x == 32)
+            bulk_reduce_add_f32(dst + c * 64 * kDqCols, dq_stage + c * 64 * kDqCols,
+                                64 * kDqCols * 4);
+        }
+        if (threadIdx.x == 32) {
+          bulk_commit_group();
+          bulk_wait_all<true>();
+        }
+        __syncwarp();
+        if (it + 1 < n_iters) {
+          named_barrier_arrive(kDqEmptyBarrier, kDqBarrierThreads);
+          named_barrier_arrive(kDqEmptyBarrier + 1, kDqBarrierThreads);
+        }
+      }
+      if (threadIdx.x == 32) bulk_wait_all<false>();
+      return;
+    }
     const bool leader = threadIdx.x == 0;  // issues the copies; the whole warp does the barriers
     if (leader) {
       prefetch_tensor_map(&params.q_map);
@@ -200,8 +241,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     const T* q_s = q_tiles + slot * kBlockM * kDim;
     const T* do_s = do_tiles + slot * kBlockM * kDim;
     // This step's lse * log2(e) and delta rows (from the prepare kernel's workspace).
-    const float* lse_s = row_stats + slot * 2 * kBlockM + 2 * t;
-    const float* delta_s = lse_s + kBlockM;
+    const std::uint32_t lse_s = smem_address(row_stats + slot * 2 * kBlockM + 2 * t);
+    const std::uint32_t delta_s = lse_s + kBlockM * 4;
     T* ds_s = ds_tiles + (it & 1) * kBlockN * kBlockM;
     named_barrier_sync(kStepFullBarrier + slot, kStepBarrierThreads);
     mbarrier_wait(&bars.q_full[slot], (it / kStages) & 1);  // (completed: the wgmma's view)
@@ -231,7 +272,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     const bool edge = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
-      const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + nt * 8);
+      const float2 lse2 = load_shared_v2(lse_s + nt * 32);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float lse = (e & 1) ? lse2.y : lse2.x;
@@ -255,7 +296,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     std::uint32_t da[kBlockM / 16][4];
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
-      const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + nt * 8);
+      const float2 delta2 = load_shared_v2(delta_s + nt * 32);
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - ((e & 1) ? delta2.y : delta2.x);
 #pragma unroll
@@ -297,23 +338,17 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     // Nothing of this slot is read any more: the producer may refill it.
     if (it + kStages < n_iters) named_barrier_arrive(kStepEmptyBarrier + slot, kStepBarrierThreads);
 
-    // dQ rows m0 + 16 warp + g (+8), columns consumer * kDqCols + 8 nt + 2t (+1): lanes t and
-    // t ^ 1 trade halves so that each adds one 16-byte vector (see flash_bwd_kernel).
-    float* dq_rows =
-        p.dq_accum + (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded * kDim;
+    // This warpgroup's dQ sub-tile -> shared memory in fragment order (dq_layout.cuh), then the
+    // dQ warp adds it to the workspace with one bulk reduction.
+    if (it > 0) named_barrier_sync(kDqEmptyBarrier + consumer, kDqBarrierThreads);
+    const std::uint32_t dq_mine =
+        smem_address(dq_stage + consumer * 64 * kDqCols + (threadIdx.x % 128) * 4);
 #pragma unroll
-    for (int nt = 0; nt < kDqCols / 8; ++nt) {
-      const float* c = acc_dq[nt];
-      const bool odd = (t & 1) != 0;
-      const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
-      const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
-      const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-      const int i = m0 + warp_in_group * 16 + g + (odd ? 8 : 0);
-      const int d = consumer * kDqCols + nt * 8 + 2 * (t & ~1);
-      if (i < p.len_q && d < p.dim)
-        red_add_v4(dq_rows + static_cast<std::int64_t>(i) * kDim + d, odd ? got0 : c[0],
-                   odd ? got1 : c[1], odd ? c[2] : got0, odd ? c[3] : got1);
-    }
+    for (int nt = 0; nt < kDqCols / 8; ++nt)
+      store_shared_v4(dq_mine + nt * 128 * 16, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2],
+                      acc_dq[nt][3]);
+    fence_proxy_async_shared();
+    named_barrier_arrive(kDqFullBarrier + consumer, kDqBarrierThreads);
   }
 
   // Epilogue: dK = scale * acc_dk, dV = acc_dv for every key row < len_k (zeros for keys that no
