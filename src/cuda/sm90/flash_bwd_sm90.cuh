@@ -264,6 +264,16 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
                            sw128_desc(do_s + cb * kBlockM * 64 + in_row, 16, 1024), ks > 0);
     }
     wgmma_commit();
+    // Where registers allow (D 64; at D 128 the extra live registers spill), the step's lse
+    // rows are loaded while the GEMMs run, and delta's under the dP^T GEMM: the loads are asm
+    // volatile and stay where they are written, and loaded at their use they stall the
+    // exponentials (ncu at D 128: ~5% of the stall samples).
+    constexpr bool kPrefetchRows = kDim <= 64;
+    float2 lse2[kQTiles], delta2[kQTiles];
+    if constexpr (kPrefetchRows) {
+#pragma unroll
+      for (int nt = 0; nt < kQTiles; ++nt) lse2[nt] = load_shared_v2(lse_s + nt * 32);
+    }
     wgmma_wait<1>();
     fence_operand(s);
 
@@ -272,10 +282,10 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     const bool edge = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
-      const float2 lse2 = load_shared_v2(lse_s + nt * 32);
+      if constexpr (!kPrefetchRows) lse2[nt] = load_shared_v2(lse_s + nt * 32);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float lse = (e & 1) ? lse2.y : lse2.x;
+        const float lse = (e & 1) ? lse2[nt].y : lse2[nt].x;
         s[nt][e] = exp2_approx(fmaf(s[nt][e], p.scale_log2, -lse));
         if (edge && !seen_by[e / 2].sees(m0 + nt * 8 + 2 * t + (e & 1))) s[nt][e] = 0.0f;
       }
@@ -288,6 +298,10 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       pa[ks][2] = MmaType<T>::pack(s[2 * ks + 1][0], s[2 * ks + 1][1]);
       pa[ks][3] = MmaType<T>::pack(s[2 * ks + 1][2], s[2 * ks + 1][3]);
     }
+    if constexpr (kPrefetchRows) {
+#pragma unroll
+      for (int nt = 0; nt < kQTiles; ++nt) delta2[nt] = load_shared_v2(delta_s + nt * 32);
+    }
     wgmma_wait<0>();
     fence_operand(dp);
 
@@ -296,9 +310,9 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     std::uint32_t da[kBlockM / 16][4];
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
-      const float2 delta2 = load_shared_v2(delta_s + nt * 32);
+      if constexpr (!kPrefetchRows) delta2[nt] = load_shared_v2(delta_s + nt * 32);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - ((e & 1) ? delta2.y : delta2.x);
+      for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - ((e & 1) ? delta2[nt].y : delta2[nt].x);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int row = key_row0 + 8 * hh;
