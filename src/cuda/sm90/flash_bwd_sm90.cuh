@@ -298,11 +298,27 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       pa[ks][2] = MmaType<T>::pack(s[2 * ks + 1][0], s[2 * ks + 1][1]);
       pa[ks][3] = MmaType<T>::pack(s[2 * ks + 1][2], s[2 * ks + 1][3]);
     }
+    // dV += P^T dO (B read MN-major: rows of dO are the k index). At D 128 it is issued right
+    // away, to run under the dP^T GEMM's tail and the dS computation (+4-7% in an A/B, although
+    // ptxas then spills 68 bytes); at D 64 that order measured 15-20% slower, and dV goes with
+    // dK below.
+    constexpr bool kEarlyDv = kDim > 64;
+    auto issue_dv = [&] {
+#pragma unroll
+      for (int ks = 0; ks < kBlockM / 16; ++ks)
+        wgmma_rs<T, kDim>(acc_dv, pa[ks], sw128_desc(do_s + ks * 16 * 64, kBlockM * 128, 1024));
+    };
+    if constexpr (kEarlyDv) {
+      fence_operand(acc_dv);
+      wgmma_fence();
+      issue_dv();
+      wgmma_commit();
+    }
     if constexpr (kPrefetchRows) {
 #pragma unroll
       for (int nt = 0; nt < kQTiles; ++nt) delta2[nt] = load_shared_v2(delta_s + nt * 32);
     }
-    wgmma_wait<0>();
+    wgmma_wait<kEarlyDv ? 1 : 0>();  // dP^T is ready; an early dV may still run
     fence_operand(dp);
 
     // dS^T = P^T o (dP^T - delta), packed as the dK GEMM's A operand and stored (swizzled like
@@ -323,13 +339,11 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       }
     }
 
-    // dV += P^T dO and dK += dS^T Q (B operands read MN-major: rows of dO / Q are the k index).
-    fence_operand(acc_dv);
+    // dK += dS^T Q (rows of Q are the k index).
     fence_operand(acc_dk);
+    if constexpr (!kEarlyDv) fence_operand(acc_dv);
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kBlockM / 16; ++ks)
-      wgmma_rs<T, kDim>(acc_dv, pa[ks], sw128_desc(do_s + ks * 16 * 64, kBlockM * 128, 1024));
+    if constexpr (!kEarlyDv) issue_dv();
 #pragma unroll
     for (int ks = 0; ks < kBlockM / 16; ++ks)
       wgmma_rs<T, kDim>(acc_dk, da[ks], sw128_desc(q_s + ks * 16 * 64, kBlockM * 128, 1024));
