@@ -541,11 +541,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
             l > 0.0f ? (row_max[hh] + __log2f(l)) * kLn2 : -INFINITY;
     }
   }
-  // The last warpgroup's opening pass_turn leaves one arrival more on warpgroup 0's turn
-  // barrier than warpgroup 0 takes (every later take is matched by a pass): take it, so that no
-  // named barrier is left half-arrived at exit (CTAs whose tiles have no key blocks never take
-  // a turn at all).
-  if (consumer == 0) take_turn();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
