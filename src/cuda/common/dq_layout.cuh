@@ -1,6 +1,6 @@
 // Where the sm90 backward keeps dQ in the f32 workspace. Each (b, h, 64-row block) region of
-// 64 x bucket floats (the region the row-major layout gives those rows) holds one sub-tile per
-// consumer warpgroup: 64 rows x `cols` columns (cols = bucket / 2), stored in the order of the
+// 64 x bucket floats (the region the row-major layout gives those rows) holds bucket / cols
+// sub-tiles of 64 rows x `cols` columns side by side, each stored in the order of a
 // warpgroup's wgmma accumulator fragments, so that each thread writes 16-byte vectors to
 // consecutive addresses (no shared-memory bank conflicts) and a sub-tile is one contiguous
 // block for the bulk reduction. Float4 number nt * 128 + thread of a sub-tile holds the
@@ -12,12 +12,12 @@
 
 namespace tileattn::cuda {
 
-// Offset, within one (b, h) plane of the workspace, of dQ row i, column d.
-__host__ __device__ inline std::int64_t dq_tiled_offset(int i, int d, int cols) {
+// Offset, within one (b, h) plane of a workspace of `bucket` columns, of dQ row i, column d.
+__host__ __device__ inline std::int64_t dq_tiled_offset(int i, int d, int cols, int bucket) {
   const int r = i % 64, c = d % cols;
   const int thread = (r / 16) * 32 + (r % 8) * 4 + (c % 8) / 2;
   const int element = ((r / 8) % 2) * 2 + c % 2;
-  return static_cast<std::int64_t>(i / 64) * 64 * 2 * cols + (d / cols) * 64 * cols +
+  return static_cast<std::int64_t>(i / 64) * 64 * bucket + (d / cols) * 64 * cols +
          ((c / 8) * 128 + thread) * 4 + element;
 }
 

@@ -90,9 +90,9 @@ __global__ void __launch_bounds__(256) flash_bwd_convert_dq(const __grid_constan
   const int h = static_cast<int>(index / per_row / p.len_q % p.heads_q);
   const int b = static_cast<int>(index / per_row / p.len_q / p.heads_q);
   const std::int64_t plane = (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded;
-  const float x = p.dq_accum[plane * kBucket + (p.dq_tile_cols > 0
-                                                    ? dq_tiled_offset(i, d, p.dq_tile_cols)
-                                                    : static_cast<std::int64_t>(i) * kBucket + d)];
+  const std::int64_t at = p.dq_tile_cols > 0 ? dq_tiled_offset(i, d, p.dq_tile_cols, kBucket)
+                                             : static_cast<std::int64_t>(i) * kBucket + d;
+  const float x = p.dq_accum[plane * kBucket + at];
   const std::int64_t esize = p.dq_type == ElemType::f32 ? 4 : 2;
   char* row = static_cast<char*>(p.dq) +
               (b * p.dq_stride_b + i * p.dq_stride_l + h * p.dq_stride_h) * esize;

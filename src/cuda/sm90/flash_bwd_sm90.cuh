@@ -78,9 +78,9 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   constexpr Sm90BwdTileConfig cfg = sm90_bwd_tile_config(kBucket);
   constexpr int kDim = cfg.head_dim, kBlockM = cfg.block_m, kBlockN = cfg.block_n;
   constexpr int kStages = cfg.stages, kColBlocks = kDim / 64;
-  constexpr int kQTiles = kBlockM / 8;       // n8 tiles of S^T / dP^T (query columns)
-  constexpr int kDTiles = kDim / 8;          // n8 tiles of dK / dV
-  constexpr int kDqCols = kDim / 2;          // dQ columns per consumer warpgroup
+  constexpr int kQTiles = kBlockM / 8;  // n8 tiles of S^T / dP^T (query columns)
+  constexpr int kDTiles = kDim / 8;     // n8 tiles of dK / dV
+  constexpr int kDqCols = kDim / 2;     // dQ columns per consumer warpgroup
   static_assert(kBlockM == 64 && kBlockN == 128 && kDim % 64 == 0, "tile shapes");
   static_assert(cfg.producer_registers * 128 + cfg.consumer_registers * 256 <= 65536,
                 "register budget");
@@ -89,9 +89,9 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   extern __shared__ unsigned char smem_raw[];
   T* const k_tile = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
                                          ~static_cast<std::uintptr_t>(1023));
-  T* const v_tile = k_tile + kBlockN * kDim;       // both (block_n, D) as D/64 column blocks
-  T* const q_tiles = v_tile + kBlockN * kDim;      // stages x (block_m, D)
-  T* const do_tiles = q_tiles + kStages * kBlockM * kDim;  // stages x (block_m, D)
+  T* const v_tile = k_tile + kBlockN * kDim;   // both (block_n, D) as D/64 column blocks
+  T* const q_tiles = v_tile + kBlockN * kDim;  // stages x (block_m, D)
+  T* const do_tiles = q_tiles + kStages * kBlockM * kDim;   // stages x (block_m, D)
   T* const ds_tiles = do_tiles + kStages * kBlockM * kDim;  // 2 x dS^T (block_n, block_m)
   float* const row_stats =  // stages x [lse_log2, delta] (block_m each)
       reinterpret_cast<float*>(ds_tiles + 2 * kBlockN * kBlockM);
@@ -142,9 +142,9 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       // Step it's rows: query head h, block m (walked like step_head / step_m0).
       int h = hk * p.heads_per_kv, m = m_begin;
       for (int it = 0; it < n_iters; ++it) {
-        float* dst = p.dq_accum +
-                     ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + m * kBlockM) *
-                         kDim;
+        float* dst =
+            p.dq_accum +
+            ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + m * kBlockM) * kDim;
         if (++m == m_end) m = m_begin, ++h;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
