@@ -126,6 +126,29 @@ __device__ int first_key_block_seen(const FlashFwdParams& p, int m_block, std::i
   return key <= 0 ? 0 : static_cast<int>(key / kBlockN);
 }
 
+// The query blocks [begin, end) of kBlockM rows that see any key of the kBlockN keys from n0 (a
+// superset: elements are masked one by one): rows i with n0 - window_right <= i + diagonal <=
+// last key + window_left; empty for a key block at or past the key length.
+struct QueryBlockRange {
+  int begin, end;
+};
+template <int kBlockM, int kBlockN>
+__device__ QueryBlockRange query_blocks_seeing(const FlashFwdParams& p, int n0, int klen,
+                                               std::int64_t diagonal) {
+  QueryBlockRange range{0, 0};
+  if (n0 < klen) {
+    std::int64_t first = 0, last = p.len_q - 1;
+    const int last_key = min(n0 + kBlockN, klen) - 1;
+    if (p.window_right >= 0) first = max(first, n0 - p.window_right - diagonal);
+    if (p.window_left >= 0) last = min(last, last_key + p.window_left - diagonal);
+    if (first <= last) {
+      range.begin = static_cast<int>(first / kBlockM);
+      range.end = static_cast<int>(last / kBlockM) + 1;
+    }
+  }
+  return range;
+}
+
 // *address += (a, b, c, d): one 16-byte vector reduction (sm_90).
 __device__ __forceinline__ void red_add_v4(float* address, float a, float b, float c, float d) {
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "f"(a), "f"(b),
@@ -181,19 +204,8 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   const int klen = key_length(p, b);
   const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
 
-  // Query blocks that see any key of this block (a superset; elements are masked one by one):
-  // rows i with n0 - window_right <= i + diagonal <= last key + window_left.
-  int m_begin = 0, m_end = 0;
-  if (n0 < klen) {
-    std::int64_t first = 0, last = p.len_q - 1;
-    const int last_key = min(n0 + kBlockN, klen) - 1;
-    if (p.window_right >= 0) first = max(first, n0 - p.window_right - diagonal);
-    if (p.window_left >= 0) last = min(last, last_key + p.window_left - diagonal);
-    if (first <= last) {
-      m_begin = static_cast<int>(first / kBlockM);
-      m_end = static_cast<int>(last / kBlockM) + 1;
-    }
-  }
+  const QueryBlockRange seen = query_blocks_seeing<kBlockM, kBlockN>(p, n0, klen, diagonal);
+  const int m_begin = seen.begin, m_end = seen.end;
   const int m_blocks = m_end - m_begin;
   const int n_iters = m_blocks * p.heads_per_kv;
 

@@ -108,18 +108,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   const int klen = key_length(p, b);
   const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
 
-  // Query blocks that see any key of this block (elements are masked one by one).
-  int m_begin = 0, m_end = 0;
-  if (n0 < klen) {
-    std::int64_t first = 0, last = p.len_q - 1;
-    const int last_key = min(n0 + kBlockN, klen) - 1;
-    if (p.window_right >= 0) first = max(first, n0 - p.window_right - diagonal);
-    if (p.window_left >= 0) last = min(last, last_key + p.window_left - diagonal);
-    if (first <= last) {
-      m_begin = static_cast<int>(first / kBlockM);
-      m_end = static_cast<int>(last / kBlockM) + 1;
-    }
-  }
+  const QueryBlockRange seen = query_blocks_seeing<kBlockM, kBlockN>(p, n0, klen, diagonal);
+  const int m_begin = seen.begin, m_end = seen.end;
   const int m_blocks = m_end - m_begin;
   const int n_iters = m_blocks * p.heads_per_kv;
   // Step it: query head hk * heads_per_kv + it / m_blocks, rows from m0.
