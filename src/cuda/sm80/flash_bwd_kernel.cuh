@@ -149,6 +149,34 @@ __device__ QueryBlockRange query_blocks_seeing(const FlashFwdParams& p, int n0, 
   return range;
 }
 
+// The backward's epilogue for one thread's two key rows n0 + key_row and + 8 (rows at or past
+// len_k are skipped): dK = scale * acc_dk and dV = acc_dv, columns col0 + 8 dt + 2t (+1) below
+// dim / dim_v, from m16n8 C fragments (elements 0-1: row key_row, 2-3: row + 8).
+template <int kTiles>
+__device__ void store_dk_dv_rows(const FlashBwdParams& p, const float (&acc_dk)[kTiles][4],
+                                 const float (&acc_dv)[kTiles][4], int b, int hk, int key_row,
+                                 int col0, int t) {
+  const std::int64_t dk_esize = p.dk_type == ElemType::f32 ? 4 : 2;
+  const std::int64_t dv_esize = p.dv_type == ElemType::f32 ? 4 : 2;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int j = key_row + 8 * hh;
+    if (j >= p.len_k) continue;
+    char* dk_row = static_cast<char*>(p.dk) +
+                   (b * p.dk_stride_b + hk * p.dk_stride_h + j * p.dk_stride_l) * dk_esize;
+    char* dv_row = static_cast<char*>(p.dv) +
+                   (b * p.dv_stride_b + hk * p.dv_stride_h + j * p.dv_stride_l) * dv_esize;
+#pragma unroll
+    for (int dt = 0; dt < kTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int d = col0 + dt * 8 + 2 * t + e;
+        if (d < p.dim) store_elem(dk_row, d, p.dk_type, acc_dk[dt][2 * hh + e] * p.scale);
+        if (d < p.dim_v) store_elem(dv_row, d, p.dv_type, acc_dv[dt][2 * hh + e]);
+      }
+  }
+}
+
 // *address += (a, b, c, d): one 16-byte vector reduction (sm_90).
 __device__ __forceinline__ void red_add_v4(float* address, float a, float b, float c, float d) {
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "f"(a), "f"(b),
@@ -521,27 +549,8 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   }
   cp_async_wait<0>();
 
-  // Epilogue: dK = scale * acc_dk, dV = acc_dv for every key row < len_k (zeros for keys that
-  // no query sees).
-  const std::int64_t dk_esize = p.dk_type == ElemType::f32 ? 4 : 2;
-  const std::int64_t dv_esize = p.dv_type == ElemType::f32 ? 4 : 2;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int j = n0 + key_row0 + 8 * hh;
-    if (j >= p.len_k) continue;
-    char* dk_row = static_cast<char*>(p.dk) +
-                   (b * p.dk_stride_b + hk * p.dk_stride_h + j * p.dk_stride_l) * dk_esize;
-    char* dv_row = static_cast<char*>(p.dv) +
-                   (b * p.dv_stride_b + hk * p.dv_stride_h + j * p.dv_stride_l) * dv_esize;
-#pragma unroll
-    for (int dt = 0; dt < kAccTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int d = chunk * kAcc + dt * 8 + 2 * t + e;
-        if (d < p.dim) store_elem(dk_row, d, p.dk_type, acc_dk[dt][2 * hh + e] * p.scale);
-        if (d < p.dim_v) store_elem(dv_row, d, p.dv_type, acc_dv[dt][2 * hh + e]);
-      }
-  }
+  // Epilogue (zeros for keys that no query sees).
+  store_dk_dv_rows(p, acc_dk, acc_dv, b, hk, n0 + key_row0, chunk * kAcc, t);
 }
 
 // The first and last kernels of a backward call (shared with the sm90 backward).

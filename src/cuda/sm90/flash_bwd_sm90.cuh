@@ -369,27 +369,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     named_barrier_arrive(kDqFullBarrier + consumer, kDqBarrierThreads);
   }
 
-  // Epilogue: dK = scale * acc_dk, dV = acc_dv for every key row < len_k (zeros for keys that no
-  // query sees).
-  const std::int64_t dk_esize = p.dk_type == ElemType::f32 ? 4 : 2;
-  const std::int64_t dv_esize = p.dv_type == ElemType::f32 ? 4 : 2;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int j = n0 + key_row0 + 8 * hh;
-    if (j >= p.len_k) continue;
-    char* dk_row = static_cast<char*>(p.dk) +
-                   (b * p.dk_stride_b + hk * p.dk_stride_h + j * p.dk_stride_l) * dk_esize;
-    char* dv_row = static_cast<char*>(p.dv) +
-                   (b * p.dv_stride_b + hk * p.dv_stride_h + j * p.dv_stride_l) * dv_esize;
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int d = dt * 8 + 2 * t + e;
-        if (d < p.dim) store_elem(dk_row, d, p.dk_type, acc_dk[dt][2 * hh + e] * p.scale);
-        if (d < p.dim_v) store_elem(dv_row, d, p.dv_type, acc_dv[dt][2 * hh + e]);
-      }
-  }
+  // Epilogue (zeros for keys that no query sees).
+  store_dk_dv_rows(p, acc_dk, acc_dv, b, hk, n0 + key_row0, 0, t);
 #endif
 }
 
