@@ -99,7 +99,9 @@ struct Sm90Barriers {
 
   std::uint64_t k_full[kStages], k_empty[kStages];
   std::uint64_t v_full[kStages], v_empty[kStages];
-  int tile;  // the consumers' next tile; -1: no more tiles
+  // The consumers' next tile (-1: no more tiles), in two words used in turn (by the parity of
+  // the hand-over count), so that a word is rewritten only two hand-overs after it was read.
+  int tile[2];
 };
 
 // Named barriers: consumer warpgroup w (of n) waits for its turn on kTurnBarrier + w, syncs its
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
       __syncwarp();
       if (q_pass > 0) named_barrier_sync(kTileEmptyBarrier, kTileEmptyThreads);
-      if (leader) bars.tile = valid ? tile : -1;
+      if (leader) bars.tile[q_pass & 1] = valid ? tile : -1;
       __syncwarp();
 #pragma unroll
       for (int c = 0; c < kConsumerGroups; ++c)
@@ -322,7 +324,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   int kv_it = 0;
   for (int q_pass = 0;; ++q_pass) {
     named_barrier_sync(kTileFullBarrier + consumer, kTileFullThreads);
-    const int tile_index = bars.tile;
+    const int tile_index = bars.tile[q_pass & 1];
     if (tile_index < 0) break;
     named_barrier_arrive(kTileEmptyBarrier, kTileEmptyThreads);
     mbarrier_wait(&bars.q_full, q_pass & 1);
