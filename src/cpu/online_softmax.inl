@@ -59,33 +59,63 @@ void modify_row(const TileJob& job, std::int64_t r, std::int64_t key0, bool need
   }
 }
 
-// Online softmax for one row of scores already in log2 units once multiplied by `multiplier`
-// (> 0; 1 for rows that modify_row has scaled, scale * log2(e) for plain rows, so that the
-// scaling folds into the exponent's FMA). Updates the running max and sum, turns the scores
-// into probabilities exp2(multiplier * s - max) in place and records the accumulator's rescale
-// factor.
-inline void softmax_row(const TileJob& job, std::int64_t r, float multiplier, float* row) {
-  VecF m = load(row);
-  for (std::int64_t c = kLanes; c < kBlockK; c += kLanes) m = vmax(m, load(row + c));
-  const float block_max = reduce_max(m) * multiplier;
-  const float old_max = job.row_max[r];
-  const float new_max = block_max > old_max ? block_max : old_max;
-  if (new_max == kNegInf) {  // nothing visible yet: probabilities are 0, accumulator stays 0
-    for (std::int64_t c = 0; c < kBlockK; c += kLanes) store(row + c, zero());
-    job.row_scale[r] = 1.0f;
-    return;
+// The running max of a row moves only when a block's max exceeds it by more than this (log2
+// units), so most blocks leave the accumulator unscaled (row_scale exactly 1). Probabilities then
+// stay below 2^8 and the final normalisation by the row's sum is exact all the same.
+constexpr float kRescaleThreshold = 8.0f;
+
+// Online softmax for rows [r0, r0 + n) (n <= kLanes) of scores already in log2 units once
+// multiplied by `multiplier` (> 0; 1 for rows that modify_row has scaled, scale * log2(e) for
+// plain rows, so that the scaling folds into the exponent's FMA). Updates the running max and
+// sum, turns the scores into probabilities exp2(multiplier * s - max) in place and records the
+// accumulator's rescale factors. The kLanes rows' horizontal max and sum reductions are done
+// together (reduce_rows_*), and the per-row statistics are vectors across rows.
+inline void softmax_rows(const TileJob& job, std::int64_t r0, int n, float multiplier) {
+  VecF partial[kLanes];
+  for (int i = 0; i < kLanes; ++i) {
+    if (i >= n) {
+      partial[i] = splat(kNegInf);
+      continue;
+    }
+    const float* row = job.scores + (r0 + i) * kBlockK;
+    VecF m = load(row);
+    for (std::int64_t c = kLanes; c < kBlockK; c += kLanes) m = vmax(m, load(row + c));
+    partial[i] = m;
   }
-  const VecF scale = splat(multiplier), shift = splat(-new_max);
-  VecF sum = zero();
-  for (std::int64_t c = 0; c < kBlockK; c += kLanes) {
-    const VecF prob = exp2_nonpositive(fma(load(row + c), scale, shift));
-    sum = add(sum, prob);
-    store(row + c, prob);
+  float stats[kLanes];
+  for (int i = 0; i < kLanes; ++i) stats[i] = i < n ? job.row_max[r0 + i] : kNegInf;
+  const VecF old_max = load(stats);
+  const VecF block_max = mul(reduce_rows_max(partial), splat(multiplier));
+  const VecF new_max = select_greater(block_max, add(old_max, splat(kRescaleThreshold)),
+                                      block_max, old_max);
+  // A row with nothing visible yet keeps max -inf; its exponent base is then finite, so that
+  // its probabilities and its rescale factor come out as exactly 0.
+  const VecF base = vmax(new_max, splat(-__FLT_MAX__));
+  const VecF alpha = exp2_nonpositive(sub(old_max, base));  // exactly 1 when the max stays
+  float bases[kLanes], alphas[kLanes];
+  store(bases, base);
+  store(alphas, alpha);
+  store(stats, new_max);
+  for (int i = 0; i < n; ++i) {
+    job.row_max[r0 + i] = stats[i];
+    job.row_scale[r0 + i] = alphas[i];
   }
-  const float alpha = old_max == kNegInf ? 0.0f : __builtin_exp2f(old_max - new_max);
-  job.row_scale[r] = alpha;
-  job.row_sum[r] = job.row_sum[r] * alpha + reduce_add(sum);
-  job.row_max[r] = new_max;
+  const VecF scale = splat(multiplier);
+  VecF sums[kLanes];
+  for (int i = 0; i < kLanes; ++i) {
+    sums[i] = zero();
+    if (i >= n) continue;
+    float* row = job.scores + (r0 + i) * kBlockK;
+    const VecF shift = splat(-bases[i]);
+    for (std::int64_t c = 0; c < kBlockK; c += kLanes) {
+      const VecF prob = exp2_nonpositive(fma(load(row + c), scale, shift));
+      sums[i] = add(sums[i], prob);
+      store(row + c, prob);
+    }
+  }
+  for (int i = 0; i < kLanes; ++i) stats[i] = i < n ? job.row_sum[r0 + i] : 0.0f;
+  store(stats, fma(load(stats), alpha, reduce_rows_add(sums)));
+  for (int i = 0; i < n; ++i) job.row_sum[r0 + i] = stats[i];
 }
 
 // Per-tile facts that decide how much work each key block's rows need.
@@ -116,14 +146,14 @@ inline void softmax_block(const TileJob& job, const TileBounds& t, std::int64_t 
   // Blocks entirely inside every row's visible range skip element-wise range masking; plain
   // ones also fold the scale into the exponent.
   const bool interior = key0 >= t.max_first && key0 + kBlockK <= t.min_last;
-  for (std::int64_t r = 0; r < job.rows; ++r) {
-    float* row = job.scores + r * kBlockK;
-    if (!interior || t.has_mods || t.has_mask) {
-      modify_row(job, r, key0, !interior, row);
-      softmax_row(job, r, 1.0f, row);
-    } else {
-      softmax_row(job, r, job.scale_log2, row);
-    }
+  const bool plain = interior && !t.has_mods && !t.has_mask;
+  if (!plain)
+    for (std::int64_t r = 0; r < job.rows; ++r)
+      modify_row(job, r, key0, !interior, job.scores + r * kBlockK);
+  for (std::int64_t r0 = 0; r0 < job.rows; r0 += kLanes) {
+    const std::int64_t left = job.rows - r0;
+    softmax_rows(job, r0, static_cast<int>(left < kLanes ? left : kLanes),
+                 plain ? job.scale_log2 : 1.0f);
   }
 }
 

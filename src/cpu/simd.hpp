@@ -55,6 +55,51 @@ inline VecF lane_index() {
   return {_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)};
 }
 
+// Lanes of `a` greater than the lanes of `b` take `x`, the others `y`.
+inline VecF select_greater(VecF a, VecF b, VecF x, VecF y) {
+  return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ), y.v, x.v)};
+}
+// Reduces 16 rows at once: lane i of the result is op over the lanes of v[i]. A transposing
+// tree of 45 instructions instead of 16 separate horizontal reductions (and no long chains).
+template <typename Op>
+inline VecF reduce_rows(const VecF* v, Op op) {
+  // The tree leaves lane 4k + j holding input slot 4j + k, so slot 4j + k takes row 4k + j.
+  auto row = [&](int slot) { return v[4 * (slot % 4) + slot / 4].v; };
+  __m512 w[8];  // w[i]: slot 2i folded to quarters 0-1, slot 2i+1 to quarters 2-3
+  for (int i = 0; i < 8; ++i) {
+    const __m512 a = row(2 * i), b = row(2 * i + 1);
+    w[i] = op(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  }
+  __m512 u[4];  // u[j]: quarter k holds four partials of slot 4j + k
+  for (int j = 0; j < 4; ++j)
+    u[j] = op(_mm512_shuffle_f32x4(w[2 * j], w[2 * j + 1], 0x88),
+              _mm512_shuffle_f32x4(w[2 * j], w[2 * j + 1], 0xDD));
+  const __m512 s01 = op(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
+  const __m512 s23 = op(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
+  return {op(_mm512_shuffle_ps(s01, s23, 0x44), _mm512_shuffle_ps(s01, s23, 0xEE))};
+}
+inline VecF reduce_rows_max(const VecF* v) {
+  return reduce_rows(v, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
+}
+inline VecF reduce_rows_add(const VecF* v) {
+  return reduce_rows(v, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
+}
+// 2^x for x <= 0 (softmax arguments): the same polynomial as the other ISAs on the fraction
+// (vreduceps), scaled by the integer part with vscalefps; exact 0 for x <= -160 and -inf.
+inline VecF exp2_nonpositive(VecF x) {
+  x = vmax(x, splat(-160.0f));
+  const __m512 f = _mm512_reduce_ps(x.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 n = _mm512_sub_ps(x.v, f);  // integral, exact
+  __m512 p = _mm512_set1_ps(1.5403530e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return {_mm512_scalef_ps(p, n)};
+}
+
 #elif defined(__AVX2__)
 
 struct VecF {
@@ -102,6 +147,29 @@ inline VecF mask_outside(VecF a, std::int64_t first, std::int64_t lo, std::int64
   return {_mm256_blendv_ps(a.v, _mm256_set1_ps(-__builtin_inff()), outside)};
 }
 inline VecF lane_index() { return {_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7)}; }
+inline VecF select_greater(VecF a, VecF b, VecF x, VecF y) {
+  return {_mm256_blendv_ps(y.v, x.v, _mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ))};
+}
+// Reduces 8 rows at once: lane i of the result is op over the lanes of v[i].
+template <typename Op>
+inline VecF reduce_rows(const VecF* v, Op op) {
+  // The tree leaves lane 4h + i holding input slot 2i + h, so slot 2i + h takes row 4h + i.
+  auto row = [&](int slot) { return v[4 * (slot % 2) + slot / 2].v; };
+  __m256 w[4];  // w[i]: slot 2i folded into the low half, slot 2i+1 into the high half
+  for (int i = 0; i < 4; ++i) {
+    const __m256 a = row(2 * i), b = row(2 * i + 1);
+    w[i] = op(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+  }
+  const __m256 s01 = op(_mm256_unpacklo_ps(w[0], w[1]), _mm256_unpackhi_ps(w[0], w[1]));
+  const __m256 s23 = op(_mm256_unpacklo_ps(w[2], w[3]), _mm256_unpackhi_ps(w[2], w[3]));
+  return {op(_mm256_shuffle_ps(s01, s23, 0x44), _mm256_shuffle_ps(s01, s23, 0xEE))};
+}
+inline VecF reduce_rows_max(const VecF* v) {
+  return reduce_rows(v, [](__m256 a, __m256 b) { return _mm256_max_ps(a, b); });
+}
+inline VecF reduce_rows_add(const VecF* v) {
+  return reduce_rows(v, [](__m256 a, __m256 b) { return _mm256_add_ps(a, b); });
+}
 
 #else  // portable: plain arrays, vectorised by the compiler for the baseline target
 
@@ -185,8 +253,26 @@ inline VecF lane_index() {
   return r;
 }
 
+inline VecF select_greater(VecF a, VecF b, VecF x, VecF y) {
+  VecF r;
+  for (int i = 0; i < 8; ++i) r.v[i] = a.v[i] > b.v[i] ? x.v[i] : y.v[i];
+  return r;
+}
+// Lane i of the result is the maximum (sum) over the lanes of v[i].
+inline VecF reduce_rows_max(const VecF* v) {
+  VecF r;
+  for (int i = 0; i < 8; ++i) r.v[i] = reduce_max(v[i]);
+  return r;
+}
+inline VecF reduce_rows_add(const VecF* v) {
+  VecF r;
+  for (int i = 0; i < 8; ++i) r.v[i] = reduce_add(v[i]);
+  return r;
+}
+
 #endif
 
+#if !defined(__AVX512F__)
 // 2^x for x <= 0 (softmax arguments): Taylor/minimax polynomial on the fraction, exact 0 for
 // x <= -127 and for -inf. Relative error about 2e-7.
 inline VecF exp2_nonpositive(VecF x) {
@@ -202,6 +288,7 @@ inline VecF exp2_nonpositive(VecF x) {
   p = fma(p, f, splat(1.0f));
   return mul(p, pow2_int(n));
 }
+#endif
 
 // c * tanh(x / c) computed as c * sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|/c).
 inline VecF softcap(VecF x, float cap, float two_log2e_over_cap) {
