@@ -64,16 +64,41 @@ void modify_row(const TileJob& job, std::int64_t r, std::int64_t key0, bool need
 // stay below 2^8 and the final normalisation by the row's sum is exact all the same.
 constexpr float kRescaleThreshold = 8.0f;
 
-// Online softmax for rows [r0, r0 + n) (n <= kLanes) of scores already in log2 units once
+// Row statistics [p, p + N) as a vector (lanes from N on: `fill`), and back.
+template <int N>
+inline VecF load_stats(const float* p, float fill) {
+  if constexpr (N == kLanes) {
+    return load(p);
+  } else {
+    float v[kLanes];
+    for (int i = 0; i < kLanes; ++i) v[i] = i < N ? p[i] : fill;
+    return load(v);
+  }
+}
+template <int N>
+inline void store_stats(float* p, VecF x) {
+  if constexpr (N == kLanes) {
+    store(p, x);
+  } else {
+    float v[kLanes];
+    store(v, x);
+    for (int i = 0; i < N; ++i) p[i] = v[i];
+  }
+}
+
+// Online softmax for rows [r0, r0 + N) (N <= kLanes) of scores already in log2 units once
 // multiplied by `multiplier` (> 0; 1 for rows that modify_row has scaled, scale * log2(e) for
 // plain rows, so that the scaling folds into the exponent's FMA). Updates the running max and
 // sum, turns the scores into probabilities exp2(multiplier * s - max) in place and records the
-// accumulator's rescale factors. The kLanes rows' horizontal max and sum reductions are done
-// together (reduce_rows_*), and the per-row statistics are vectors across rows.
-inline void softmax_rows(const TileJob& job, std::int64_t r0, int n, float multiplier) {
+// accumulator's rescale factors. The rows' horizontal max and sum reductions are done together
+// (reduce_rows_*), and the per-row statistics are vectors across rows; N is a compile-time
+// count so that the loops over rows unroll without bounds checks.
+template <int N>
+inline void softmax_rows(const TileJob& job, std::int64_t r0, float multiplier) {
   VecF partial[kLanes];
+#pragma GCC unroll 16
   for (int i = 0; i < kLanes; ++i) {
-    if (i >= n) {
+    if (i >= N) {
       partial[i] = splat(kNegInf);
       continue;
     }
@@ -82,9 +107,7 @@ inline void softmax_rows(const TileJob& job, std::int64_t r0, int n, float multi
     for (std::int64_t c = kLanes; c < kBlockK; c += kLanes) m = vmax(m, load(row + c));
     partial[i] = m;
   }
-  float stats[kLanes];
-  for (int i = 0; i < kLanes; ++i) stats[i] = i < n ? job.row_max[r0 + i] : kNegInf;
-  const VecF old_max = load(stats);
+  const VecF old_max = load_stats<N>(job.row_max + r0, kNegInf);
   const VecF block_max = mul(reduce_rows_max(partial), splat(multiplier));
   const VecF new_max = select_greater(block_max, add(old_max, splat(kRescaleThreshold)),
                                       block_max, old_max);
@@ -92,30 +115,30 @@ inline void softmax_rows(const TileJob& job, std::int64_t r0, int n, float multi
   // its probabilities and its rescale factor come out as exactly 0.
   const VecF base = vmax(new_max, splat(-__FLT_MAX__));
   const VecF alpha = exp2_nonpositive(sub(old_max, base));  // exactly 1 when the max stays
-  float bases[kLanes], alphas[kLanes];
-  store(bases, base);
-  store(alphas, alpha);
-  store(stats, new_max);
-  for (int i = 0; i < n; ++i) {
-    job.row_max[r0 + i] = stats[i];
-    job.row_scale[r0 + i] = alphas[i];
-  }
+  store_stats<N>(job.row_max + r0, new_max);
+  store_stats<N>(job.row_scale + r0, alpha);
+  float neg_base[kLanes];
+  store(neg_base, sub(zero(), base));
   const VecF scale = splat(multiplier);
   VecF sums[kLanes];
+#pragma GCC unroll 16
   for (int i = 0; i < kLanes; ++i) {
-    sums[i] = zero();
-    if (i >= n) continue;
+    if (i >= N) {
+      sums[i] = zero();
+      continue;
+    }
     float* row = job.scores + (r0 + i) * kBlockK;
-    const VecF shift = splat(-bases[i]);
+    const VecF shift = splat(neg_base[i]);
+    VecF sum = zero();
     for (std::int64_t c = 0; c < kBlockK; c += kLanes) {
       const VecF prob = exp2_nonpositive(fma(load(row + c), scale, shift));
-      sums[i] = add(sums[i], prob);
+      sum = add(sum, prob);
       store(row + c, prob);
     }
+    sums[i] = sum;
   }
-  for (int i = 0; i < kLanes; ++i) stats[i] = i < n ? job.row_sum[r0 + i] : 0.0f;
-  store(stats, fma(load(stats), alpha, reduce_rows_add(sums)));
-  for (int i = 0; i < n; ++i) job.row_sum[r0 + i] = stats[i];
+  const VecF old_sum = load_stats<N>(job.row_sum + r0, 0.0f);
+  store_stats<N>(job.row_sum + r0, fma(old_sum, alpha, reduce_rows_add(sums)));
 }
 
 // Per-tile facts that decide how much work each key block's rows need.
@@ -150,11 +173,12 @@ inline void softmax_block(const TileJob& job, const TileBounds& t, std::int64_t 
   if (!plain)
     for (std::int64_t r = 0; r < job.rows; ++r)
       modify_row(job, r, key0, !interior, job.scores + r * kBlockK);
-  for (std::int64_t r0 = 0; r0 < job.rows; r0 += kLanes) {
-    const std::int64_t left = job.rows - r0;
-    softmax_rows(job, r0, static_cast<int>(left < kLanes ? left : kLanes),
-                 plain ? job.scale_log2 : 1.0f);
-  }
+  const float multiplier = plain ? job.scale_log2 : 1.0f;
+  std::int64_t r0 = 0;
+  for (; r0 + kLanes <= job.rows; r0 += kLanes) softmax_rows<kLanes>(job, r0, multiplier);
+  if (r0 < job.rows)
+    with_rows<kLanes - 1>(job.rows - r0,
+                          [&]<int N>() { softmax_rows<N>(job, r0, multiplier); });
 }
 
 // Normalises the accumulated rows and writes the log-sum-exp (natural log).
