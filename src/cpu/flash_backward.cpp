@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/threads.hpp"
+#include "cpu/aligned_buffer.hpp"
 #include "cpu/backward_kernels.hpp"
 #include "cpu/flash_forward.hpp"
 #include "cpu/row_convert.hpp"
@@ -117,7 +118,7 @@ struct DqGate {
 };
 
 struct Scratch {
-  std::vector<float> probs, dprobs, dropped, softcap_grad, dk, dv, dq, rows, out_row;
+  AlignedVector<float> probs, dprobs, dropped, softcap_grad, dk, dv, dq, rows, out_row;
   std::vector<const float*> row_ptrs;
   explicit Scratch(const Layout& g) {
     const auto n = [](std::int64_t x) { return static_cast<std::size_t>(x); };
@@ -436,18 +437,18 @@ class Backward {
   const bool f16c_;
   const int threads_;
   std::int64_t pairs_per_phase_ = 1;
-  std::vector<float> packed_;
+  AlignedVector<float> packed_;
   std::vector<std::int64_t> first_, last_;  // per packed query row: its visible keys
   std::vector<TileRange> ranges_;           // per (pair, query tile)
   std::vector<Item> work_;
   // Deterministic mode: dq of every query tile of the phase, and per tile the key block whose
   // contribution is due next; items are handed out by next_item_.
-  std::vector<float> shared_dq_;
+  AlignedVector<float> shared_dq_;
   std::unique_ptr<std::atomic<std::int64_t>[]> next_kb_;
   std::atomic<std::size_t> next_item_{0};
   // Otherwise: per thread, dq partials of every query tile of the phase and whether the thread
   // has written (and so zeroed) each.
-  std::vector<std::vector<float>> partial_;
+  std::vector<AlignedVector<float>> partial_;
   std::vector<std::vector<std::uint8_t>> touched_;
 };
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/threads.hpp"
+#include "cpu/aligned_buffer.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/row_convert.hpp"
 #include "cpu/tile_config.hpp"
@@ -130,9 +131,9 @@ struct WorkItem {
 };
 
 struct ThreadScratch {
-  std::vector<float> q_f32, scores, keep, out, row_max, row_sum, row_scale, lse, pack_block;
+  AlignedVector<float> q_f32, scores, keep, out, row_max, row_sum, row_scale, lse, pack_block;
   std::vector<const float*> pack_rows;
-  std::vector<std::uint16_t> q_bf16, probs_bf16;
+  AlignedVector<std::uint16_t> q_bf16, probs_bf16;
   std::vector<std::int64_t> key_first, key_last;
 
   ThreadScratch(const AttnParams& p, const Plan& plan) {
@@ -285,7 +286,7 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
   // The packed phase buffer is kept per calling thread and reused by later calls, so that a
   // steady stream of calls does not pay for allocation and page faults each time. It holds at
   // most max(pack_budget_bytes, one head's packed K/V) and is freed when the thread exits.
-  thread_local std::vector<float> packed;
+  thread_local AlignedVector<float> packed;
   const auto packed_floats = static_cast<std::size_t>(
       (pairs_per_phase * (plan.k_head_elems + plan.v_head_elems) * elem + 3) / 4);
   if (packed.size() < packed_floats) {
