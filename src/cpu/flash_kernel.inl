@@ -79,13 +79,10 @@ template <int Rows, int Vecs>
 inline void pv_micro(const float* p, const float* v_panel, std::int64_t width, std::int64_t dvp,
                      std::int64_t col0, const float* row_scale, float* out) {
   VecF acc[Rows][Vecs];
-  bool rescale = false;  // lazy rescaling leaves most blocks' factors at exactly 1
-  for (int r = 0; r < Rows; ++r) rescale |= row_scale[r] != 1.0f;
-  for (int r = 0; r < Rows; ++r)
-    for (int c = 0; c < Vecs; ++c) acc[r][c] = load(out + r * dvp + col0 + c * kLanes);
-  if (rescale)
-    for (int r = 0; r < Rows; ++r)
-      for (int c = 0; c < Vecs; ++c) acc[r][c] = mul(splat(row_scale[r]), acc[r][c]);
+  for (int r = 0; r < Rows; ++r) {
+    const VecF alpha = splat(row_scale[r]);
+    for (int c = 0; c < Vecs; ++c) acc[r][c] = mul(alpha, load(out + r * dvp + col0 + c * kLanes));
+  }
   const float* v = v_panel;
   for (std::int64_t k = 0; k < kBlockK; ++k, v += width) {
     for (int c = 0; c < Vecs; ++c) __builtin_prefetch(v + 16 * width + c * kLanes);
