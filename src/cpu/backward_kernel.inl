@@ -32,14 +32,18 @@ static_assert(cpu_backward_config().d_align % kLanes == 0, "padded rows hold who
 constexpr int kScoreRows = kLanes == 16 ? 12 : 3, kScoreVecs = 2;
 constexpr int kGradRows = 6, kGradVecs = kLanes == 16 ? 4 : 2;
 
-// c[m][n] (+)= sum_k A(m, k) b[k][n] for m < Rows and Vecs vectors of n, with
-// A(m, k) = a[m * StrideM + k * lda].
-template <int Rows, int Vecs, std::int64_t StrideM>
-inline void product_micro(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
-                          std::int64_t depth, float* c, std::int64_t ldc, bool accumulate) {
+template <int Rows, int Vecs, std::int64_t StrideM, bool Accumulate>
+inline void product_micro_impl(const float* a, std::int64_t lda, const float* b,
+                               std::int64_t ldb, std::int64_t depth, float* c, std::int64_t ldc) {
+  if (depth < 1) {  // apart, so that g++ keeps the accumulators below in registers
+    if constexpr (!Accumulate)
+      for (int r = 0; r < Rows; ++r)
+        for (int v = 0; v < Vecs; ++v) store(c + r * ldc + v * kLanes, zero());
+    return;
+  }
   VecF acc[Rows][Vecs];
   for (int r = 0; r < Rows; ++r)
-    for (int v = 0; v < Vecs; ++v) acc[r][v] = accumulate ? load(c + r * ldc + v * kLanes) : zero();
+    for (int v = 0; v < Vecs; ++v) acc[r][v] = Accumulate ? load(c + r * ldc + v * kLanes) : zero();
   for (std::int64_t k = 0; k < depth; ++k, a += lda, b += ldb) {
     VecF bv[Vecs];
     for (int v = 0; v < Vecs; ++v) bv[v] = load(b + v * kLanes);
@@ -50,6 +54,18 @@ inline void product_micro(const float* a, std::int64_t lda, const float* b, std:
   }
   for (int r = 0; r < Rows; ++r)
     for (int v = 0; v < Vecs; ++v) store(c + r * ldc + v * kLanes, acc[r][v]);
+}
+
+// c[m][n] (+)= sum_k A(m, k) b[k][n] for m < Rows and Vecs vectors of n, with
+// A(m, k) = a[m * StrideM + k * lda]. `accumulate` is a template argument below: with a run-time
+// choice between loading and zeroing, g++ builds the accumulators through the stack.
+template <int Rows, int Vecs, std::int64_t StrideM>
+inline void product_micro(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                          std::int64_t depth, float* c, std::int64_t ldc, bool accumulate) {
+  if (accumulate)
+    product_micro_impl<Rows, Vecs, StrideM, true>(a, lda, b, ldb, depth, c, ldc);
+  else
+    product_micro_impl<Rows, Vecs, StrideM, false>(a, lda, b, ldb, depth, c, ldc);
 }
 
 // The product over m < M and columns [n0, N) (N a multiple of kLanes): panels of Vecs vectors

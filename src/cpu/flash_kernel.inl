@@ -38,6 +38,9 @@ static_assert(cpu_tile_config().dv_align % kLanes == 0, "padded Dv must hold who
 template <int Rows>
 inline void qk_micro(const float* q, std::int64_t dim, const float* k_panel, std::int64_t col0,
                      float* scores) {
+  // dim >= 1 (validated); telling g++ so keeps the accumulators in registers instead of
+  // copying them through the stack around a loop that might not run.
+  if (dim < 1) __builtin_unreachable();
   VecF acc[Rows][kQkVecs];
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < kQkVecs; ++c) acc[r][c] = zero();
