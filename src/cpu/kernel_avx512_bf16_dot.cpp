@@ -40,6 +40,9 @@ inline __m512bh load_pairs(const std::uint16_t* p) { return (__m512bh)_mm512_loa
 template <int Rows>
 inline void qk_micro(const std::uint16_t* q, std::int64_t pairs, const std::uint16_t* k,
                      std::int64_t c0, float* scores) {
+  // pairs >= 1 (D >= 1); said so that g++ keeps acc in registers rather than copying it
+  // through the stack around a loop that might not run.
+  if (pairs < 1) __builtin_unreachable();
   __m512 acc[Rows][2];
   for (int r = 0; r < Rows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   for (std::int64_t kk = 0; kk < pairs; ++kk) {
