@@ -12,6 +12,10 @@
 #include <limits>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "common/threads.hpp"
 #include "cpu/aligned_buffer.hpp"
 #include "cpu/kernels.hpp"
@@ -60,6 +64,33 @@ Plan make_plan(const AttnParams& p, CpuIsa isa) {
   return plan;
 }
 
+// dst[c * ld + r] = rows[r][c] for r < n, c < cols: 4 x 4 blocks through SSE registers where
+// the baseline target has them (the packing of K and of the Q tile; scalar, it was most of the
+// driver's time).
+void transpose_rows(const float* const* rows, std::int64_t n, std::int64_t cols, float* dst,
+                    std::int64_t ld) {
+  std::int64_t r = 0;
+#if defined(__SSE2__)
+  for (; r + 4 <= n; r += 4) {
+    const float *a = rows[r], *b = rows[r + 1], *c = rows[r + 2], *d = rows[r + 3];
+    std::int64_t k = 0;
+    for (; k + 4 <= cols; k += 4) {
+      __m128 x0 = _mm_loadu_ps(a + k), x1 = _mm_loadu_ps(b + k), x2 = _mm_loadu_ps(c + k),
+             x3 = _mm_loadu_ps(d + k);
+      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+      _mm_storeu_ps(dst + k * ld + r, x0);
+      _mm_storeu_ps(dst + (k + 1) * ld + r, x1);
+      _mm_storeu_ps(dst + (k + 2) * ld + r, x2);
+      _mm_storeu_ps(dst + (k + 3) * ld + r, x3);
+    }
+    for (; k < cols; ++k)
+      for (std::int64_t i = 0; i < 4; ++i) dst[k * ld + r + i] = rows[r + i][k];
+  }
+#endif
+  for (; r < n; ++r)
+    for (std::int64_t k = 0; k < cols; ++k) dst[k * ld + r] = rows[r][k];
+}
+
 const void* k_row(const AttnParams& p, std::int64_t b, std::int64_t key, std::int64_t kv_head) {
   return static_cast<const char*>(p.k) +
          (b * p.k_stride_b + key * p.k_stride_l + kv_head * p.k_stride_h) * size_of(p.dtype);
@@ -85,10 +116,10 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
   for (std::int64_t panel = 0; panel < block_k; panel += k_panel) {
     float* dst = k_dst + panel * D;
     const std::int64_t keys = std::clamp<std::int64_t>(valid - panel, 0, k_panel);
-    for (std::int64_t d = 0; d < D; ++d, dst += k_panel) {  // contiguous writes
-      for (std::int64_t c = 0; c < keys; ++c) dst[c] = rows[panel + c][d];
-      std::fill(dst + keys, dst + k_panel, 0.0f);
-    }
+    transpose_rows(rows + panel, keys, D, dst, k_panel);
+    if (keys < k_panel)
+      for (std::int64_t d = 0; d < D; ++d)
+        std::fill(dst + d * k_panel + keys, dst + (d + 1) * k_panel, 0.0f);
   }
   for (std::int64_t c = 0; c < valid; ++c)
     rows[c] = row_as_f32(v_row(p, b, kb * block_k + c, kv_head), p.dtype, 0, Dv,
@@ -194,8 +225,7 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
     for (std::int64_t r = 0; r < rows; ++r)
       s.pack_rows[r] = row_as_f32(p.q, p.dtype, offset(r), D, s.pack_block.data() + r * D,
                                   plan.f16c);
-    for (std::int64_t d = 0; d < D; ++d)
-      for (std::int64_t r = 0; r < rows; ++r) s.q_f32[d * bq + r] = s.pack_rows[r][d];
+    transpose_rows(s.pack_rows.data(), rows, D, s.q_f32.data(), bq);
     return;
   }
   const auto* q = static_cast<const std::uint16_t*>(p.q);

@@ -64,26 +64,21 @@ void modify_row(const TileJob& job, std::int64_t r, std::int64_t key0, bool need
 // stay below 2^8 and the final normalisation by the row's sum is exact all the same.
 constexpr float kRescaleThreshold = 8.0f;
 
-// Row statistics [p, p + N) as a vector (lanes from N on: `fill`), and back.
+// Row statistics [p, p + N) as a vector (lanes from N on: `fill`), and back; masked for N <
+// kLanes (scalar stores feeding a vector load would stall on store forwarding).
 template <int N>
 inline VecF load_stats(const float* p, float fill) {
-  if constexpr (N == kLanes) {
+  if constexpr (N == kLanes)
     return load(p);
-  } else {
-    float v[kLanes];
-    for (int i = 0; i < kLanes; ++i) v[i] = i < N ? p[i] : fill;
-    return load(v);
-  }
+  else
+    return load_first(p, N, fill);
 }
 template <int N>
 inline void store_stats(float* p, VecF x) {
-  if constexpr (N == kLanes) {
+  if constexpr (N == kLanes)
     store(p, x);
-  } else {
-    float v[kLanes];
-    store(v, x);
-    for (int i = 0; i < N; ++i) p[i] = v[i];
-  }
+  else
+    store_first(p, N, x);
 }
 
 // Online softmax for rows [r0, r0 + N) (N <= kLanes) of scores already in log2 units once

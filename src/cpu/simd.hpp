@@ -59,6 +59,13 @@ inline VecF lane_index() {
 inline VecF select_greater(VecF a, VecF b, VecF x, VecF y) {
   return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ), y.v, x.v)};
 }
+// The first n (< lanes) floats at p, the other lanes `fill`; and the first n lanes stored to p.
+inline VecF load_first(const float* p, int n, float fill) {
+  return {_mm512_mask_loadu_ps(_mm512_set1_ps(fill), static_cast<__mmask16>((1u << n) - 1), p)};
+}
+inline void store_first(float* p, int n, VecF a) {
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), a.v);
+}
 // Reduces 16 rows at once: lane i of the result is op over the lanes of v[i]. A transposing
 // tree of 45 instructions instead of 16 separate horizontal reductions (and no long chains).
 template <typename Op>
@@ -150,6 +157,14 @@ inline VecF lane_index() { return {_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7)}; }
 inline VecF select_greater(VecF a, VecF b, VecF x, VecF y) {
   return {_mm256_blendv_ps(y.v, x.v, _mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ))};
 }
+inline __m256i first_lanes(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline VecF load_first(const float* p, int n, float fill) {
+  const __m256i m = first_lanes(n);
+  return {_mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m))};
+}
+inline void store_first(float* p, int n, VecF a) { _mm256_maskstore_ps(p, first_lanes(n), a.v); }
 // Reduces 8 rows at once: lane i of the result is op over the lanes of v[i].
 template <typename Op>
 inline VecF reduce_rows(const VecF* v, Op op) {
@@ -257,6 +272,14 @@ inline VecF select_greater(VecF a, VecF b, VecF x, VecF y) {
   VecF r;
   for (int i = 0; i < 8; ++i) r.v[i] = a.v[i] > b.v[i] ? x.v[i] : y.v[i];
   return r;
+}
+inline VecF load_first(const float* p, int n, float fill) {
+  VecF r;
+  for (int i = 0; i < 8; ++i) r.v[i] = i < n ? p[i] : fill;
+  return r;
+}
+inline void store_first(float* p, int n, VecF a) {
+  for (int i = 0; i < n; ++i) p[i] = a.v[i];
 }
 // Lane i of the result is the maximum (sum) over the lanes of v[i].
 inline VecF reduce_rows_max(const VecF* v) {
