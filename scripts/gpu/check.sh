@@ -3,7 +3,7 @@
 # against the CPU reference, compute-sanitizer memcheck + racecheck on the small cases, then the
 # benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
 #
-#   bash scripts/gpu/check.sh [stages]   stages: any of build test sanitize race_repeat bench bench_bwd ncu_bwd ncu_src
+#   bash scripts/gpu/check.sh [stages]   stages: any of build test sanitize race_repeat bench bench_bwd ncu_bwd ncu_src (NCU_SRC=fwd|bwd)
 #                                        (default: all but ncu_bwd; bench_bwd: the backward vs
 #                                        PyTorch FA2 and cuDNN; ncu_bwd: Nsight Compute on both
 #                                        backward kernels, D=NCU_BWD_DIM, L=NCU_BWD_LENGTH)
@@ -256,18 +256,23 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
   grep -E "^  [a-z_]+.*Context|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|L1/TEX Hit|Executed Ipc A" \
     "$OUT/ncu_bwd.txt" | tee -a "$SUMMARY"
 fi
-if has_stage ncu_src; then  # per-SASS-instruction stall samples of the sm90 backward, and its SASS
+if has_stage ncu_src; then  # per-SASS-instruction stall samples of an sm90 kernel, and its SASS:
+  # NCU_SRC=bwd (default) the backward, NCU_SRC=fwd the forward (first launch: non-causal)
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
-  timeout 200 "$NCU" --kernel-name regex:"flash_bwd_sm90_kernel" --launch-count 1 --section WarpStateStats \
-    --section SourceCounters --print-details all "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 \
-    --dims "$D" --lengths "$L" --iters 1 --warmup 0 >"$OUT/ncu_stalls.txt" 2>&1 || note "-- ncu_src (details) failed"
-  timeout 200 "$NCU" --kernel-name regex:"flash_bwd_sm90_kernel" --launch-count 1 --section SourceCounters \
+  D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192} dir=${NCU_SRC:-bwd}
+  bwd_flag=$([[ $dir == fwd ]] && echo 0 || echo 1)
+  kernel=flash_${dir}_sm90_kernel
+  timeout 200 "$NCU" --kernel-name regex:"$kernel" --launch-count 1 --section SpeedOfLight \
+    --section WarpStateStats --section SourceCounters --print-details all \
+    "$BUILD/bench/gpu/tileattn_gpu_bench" --backward "$bwd_flag" --dims "$D" --lengths "$L" --iters 1 \
+    --warmup 0 >"$OUT/ncu_stalls.txt" 2>&1 || note "-- ncu_src (details) failed"
+  timeout 200 "$NCU" --kernel-name regex:"$kernel" --launch-count 1 --section SourceCounters \
     --section WarpStateStats --page source --print-source sass --csv "$BUILD/bench/gpu/tileattn_gpu_bench" \
-    --backward 1 --dims "$D" --lengths "$L" --iters 1 --warmup 0 >/tmp/ncu_src.csv 2>&1 || note "-- ncu_src failed"
+    --backward "$bwd_flag" --dims "$D" --lengths "$L" --iters 1 --warmup 0 >/tmp/ncu_src.csv 2>&1 ||
+    note "-- ncu_src failed"
   gzip -c /tmp/ncu_src.csv >"$OUT/ncu_src.csv.gz"
   cuobjdump --dump-sass --gpu-architecture sm_90a \
-    "$BUILD/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_bwd_sm90_hdim$D.cu.o" | gzip -c >"$OUT/bwd_sm90.sass.gz"
+    "$BUILD/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_${dir}_sm90_hdim$D.cu.o" | gzip -c >"$OUT/${dir}_sm90.sass.gz"
 fi
 note "== done, status $status"
 exit $status
