@@ -64,76 +64,82 @@ void modify_row(const TileJob& job, std::int64_t r, std::int64_t key0, bool need
 // stay below 2^8 and the final normalisation by the row's sum is exact all the same.
 constexpr float kRescaleThreshold = 8.0f;
 
-// Row statistics [p, p + N) as a vector (lanes from N on: `fill`), and back; masked for N <
+// Row statistics [p, p + n) as a vector (lanes from n on: `fill`), and back; masked for n <
 // kLanes (scalar stores feeding a vector load would stall on store forwarding).
-template <int N>
-inline VecF load_stats(const float* p, float fill) {
-  if constexpr (N == kLanes)
-    return load(p);
-  else
-    return load_first(p, N, fill);
+inline VecF load_stats(const float* p, int n, float fill) {
+  return n == kLanes ? load(p) : load_first(p, n, fill);
 }
-template <int N>
-inline void store_stats(float* p, VecF x) {
-  if constexpr (N == kLanes)
+inline void store_stats(float* p, int n, VecF x) {
+  if (n == kLanes)
     store(p, x);
   else
-    store_first(p, N, x);
+    store_first(p, n, x);
 }
 
-// Online softmax for rows [r0, r0 + N) (N <= kLanes) of scores already in log2 units once
-// multiplied by `multiplier` (> 0; 1 for rows that modify_row has scaled, scale * log2(e) for
-// plain rows, so that the scaling folds into the exponent's FMA). Updates the running max and
-// sum, turns the scores into probabilities exp2(multiplier * s - max) in place and records the
-// accumulator's rescale factors. The rows' horizontal max and sum reductions are done together
-// (reduce_rows_*), and the per-row statistics are vectors across rows; N is a compile-time
-// count so that the loops over rows unroll without bounds checks.
-template <int N>
-inline void softmax_rows(const TileJob& job, std::int64_t r0, float multiplier) {
-  VecF partial[kLanes];
-#pragma GCC unroll 16
-  for (int i = 0; i < kLanes; ++i) {
-    if (i >= N) {
-      partial[i] = splat(kNegInf);
-      continue;
-    }
-    const float* row = job.scores + (r0 + i) * kBlockK;
+// The largest query tile of the kernel families that share this code (amx: 64 rows).
+constexpr int kMaxTileRows = 64;
+constexpr int kMaxRowGroups = (kMaxTileRows + kLanes - 1) / kLanes;
+static_assert(cpu_tile_config(KernelFamily::f32).block_q <= kMaxTileRows &&
+                  cpu_tile_config(KernelFamily::amx).block_q <= kMaxTileRows &&
+                  cpu_tile_config(KernelFamily::bf16_dot).block_q <= kMaxTileRows,
+              "softmax_rows holds one tile's rows");
+
+// Online softmax for all rows of the tile's scores, already in log2 units once multiplied by
+// `multiplier` (> 0; 1 for rows that modify_row has scaled, scale * log2(e) for plain rows, so
+// that the scaling folds into the exponent's FMA). Updates the running max and sum, turns the
+// scores into probabilities exp2(multiplier * s - max) in place and records the accumulator's
+// rescale factors. Rows go in groups of kLanes: a group's block maxima and sums come from one
+// transposing reduction tree (reduce_rows_*) and its running statistics are vectors across
+// rows. Each phase runs over every group before the next starts, so that the groups' short
+// dependency chains (trees, statistics) overlap instead of following one another.
+inline void softmax_rows(const TileJob& job, float multiplier) {
+  const int rows = static_cast<int>(job.rows);
+  const int groups = (rows + kLanes - 1) / kLanes;
+  VecF partial[kMaxRowGroups * kLanes];  // per row: the lane-wise max of its scores
+  for (int r = 0; r < rows; ++r) {
+    const float* row = job.scores + r * kBlockK;
     VecF m = load(row);
     for (std::int64_t c = kLanes; c < kBlockK; c += kLanes) m = vmax(m, load(row + c));
-    partial[i] = m;
+    partial[r] = m;
   }
-  const VecF old_max = load_stats<N>(job.row_max + r0, kNegInf);
-  const VecF block_max = mul(reduce_rows_max(partial), splat(multiplier));
-  const VecF new_max = select_greater(block_max, add(old_max, splat(kRescaleThreshold)),
-                                      block_max, old_max);
-  // A row with nothing visible yet keeps max -inf; its exponent base is then finite, so that
-  // its probabilities and its rescale factor come out as exactly 0.
-  const VecF base = vmax(new_max, splat(-__FLT_MAX__));
-  const VecF alpha = exp2_nonpositive(sub(old_max, base));  // exactly 1 when the max stays
-  store_stats<N>(job.row_max + r0, new_max);
-  store_stats<N>(job.row_scale + r0, alpha);
-  float neg_base[kLanes];
-  store(neg_base, sub(zero(), base));
+  for (int r = rows; r < groups * kLanes; ++r) partial[r] = splat(kNegInf);
+
+  alignas(64) float neg_base[kMaxRowGroups * kLanes];
+  VecF alpha[kMaxRowGroups];
+  for (int g = 0; g < groups; ++g) {
+    const int r0 = g * kLanes, n = rows - r0 < kLanes ? rows - r0 : kLanes;
+    const VecF old_max = load_stats(job.row_max + r0, n, kNegInf);
+    const VecF block_max = mul(reduce_rows_max(partial + r0), splat(multiplier));
+    const VecF new_max = select_greater(block_max, add(old_max, splat(kRescaleThreshold)),
+                                        block_max, old_max);
+    // A row with nothing visible yet keeps max -inf; its exponent base is then finite, so that
+    // its probabilities and its rescale factor come out as exactly 0.
+    const VecF base = vmax(new_max, splat(-__FLT_MAX__));
+    alpha[g] = exp2_nonpositive(sub(old_max, base));  // exactly 1 when the max stays
+    store_stats(job.row_max + r0, n, new_max);
+    store_stats(job.row_scale + r0, n, alpha[g]);
+    store(neg_base + r0, sub(zero(), base));
+  }
+
   const VecF scale = splat(multiplier);
-  VecF sums[kLanes];
-#pragma GCC unroll 16
-  for (int i = 0; i < kLanes; ++i) {
-    if (i >= N) {
-      sums[i] = zero();
-      continue;
-    }
-    float* row = job.scores + (r0 + i) * kBlockK;
-    const VecF shift = splat(neg_base[i]);
+  VecF sums[kMaxRowGroups * kLanes];
+  for (int r = 0; r < rows; ++r) {
+    float* row = job.scores + r * kBlockK;
+    const VecF shift = splat(neg_base[r]);
     VecF sum = zero();
     for (std::int64_t c = 0; c < kBlockK; c += kLanes) {
       const VecF prob = exp2_nonpositive(fma(load(row + c), scale, shift));
       sum = add(sum, prob);
       store(row + c, prob);
     }
-    sums[i] = sum;
+    sums[r] = sum;
   }
-  const VecF old_sum = load_stats<N>(job.row_sum + r0, 0.0f);
-  store_stats<N>(job.row_sum + r0, fma(old_sum, alpha, reduce_rows_add(sums)));
+  for (int r = rows; r < groups * kLanes; ++r) sums[r] = zero();
+  for (int g = 0; g < groups; ++g) {
+    const int r0 = g * kLanes, n = rows - r0 < kLanes ? rows - r0 : kLanes;
+    const VecF old_sum = load_stats(job.row_sum + r0, n, 0.0f);
+    store_stats(job.row_sum + r0, n, fma(old_sum, alpha[g], reduce_rows_add(sums + r0)));
+  }
 }
 
 // Per-tile facts that decide how much work each key block's rows need.
@@ -168,12 +174,7 @@ inline void softmax_block(const TileJob& job, const TileBounds& t, std::int64_t 
   if (!plain)
     for (std::int64_t r = 0; r < job.rows; ++r)
       modify_row(job, r, key0, !interior, job.scores + r * kBlockK);
-  const float multiplier = plain ? job.scale_log2 : 1.0f;
-  std::int64_t r0 = 0;
-  for (; r0 + kLanes <= job.rows; r0 += kLanes) softmax_rows<kLanes>(job, r0, multiplier);
-  if (r0 < job.rows)
-    with_rows<kLanes - 1>(job.rows - r0,
-                          [&]<int N>() { softmax_rows<N>(job, r0, multiplier); });
+  softmax_rows(job, plain ? job.scale_log2 : 1.0f);
 }
 
 // Normalises the accumulated rows and writes the log-sum-exp (natural log).

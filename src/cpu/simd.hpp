@@ -92,9 +92,10 @@ inline VecF reduce_rows_add(const VecF* v) {
   return reduce_rows(v, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
 }
 // 2^x for x <= 0 (softmax arguments): the same polynomial as the other ISAs on the fraction
-// (vreduceps), scaled by the integer part with vscalefps; exact 0 for x <= -160 and -inf.
+// (vreduceps; 0 for -inf), scaled by the integer part with vscalefps. Exact 0 below -126 and for
+// -inf (the zero-masked scalef), so no result is subnormal (no FP assists in P V); NaN stays NaN.
 inline VecF exp2_nonpositive(VecF x) {
-  x = vmax(x, splat(-160.0f));
+  const __mmask16 normal = _mm512_cmp_ps_mask(x.v, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
   const __m512 f = _mm512_reduce_ps(x.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 n = _mm512_sub_ps(x.v, f);  // integral, exact
   __m512 p = _mm512_set1_ps(1.5403530e-4f);
@@ -104,7 +105,7 @@ inline VecF exp2_nonpositive(VecF x) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return {_mm512_scalef_ps(p, n)};
+  return {_mm512_maskz_scalef_ps(normal, p, n)};
 }
 
 #elif defined(__AVX2__)
