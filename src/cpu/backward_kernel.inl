@@ -33,8 +33,8 @@ constexpr int kScoreRows = kLanes == 16 ? 12 : 3, kScoreVecs = 2;
 constexpr int kGradRows = 6, kGradVecs = kLanes == 16 ? 4 : 2;
 
 template <int Rows, int Vecs, std::int64_t StrideM, bool Accumulate>
-inline void product_micro_impl(const float* a, std::int64_t lda, const float* b,
-                               std::int64_t ldb, std::int64_t depth, float* c, std::int64_t ldc) {
+inline void product_micro_impl(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                               std::int64_t depth, float* c, std::int64_t ldc) {
   if (depth < 1) {  // apart, so that g++ keeps the accumulators below in registers
     if constexpr (!Accumulate)
       for (int r = 0; r < Rows; ++r)

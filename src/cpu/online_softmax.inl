@@ -110,8 +110,8 @@ inline void softmax_rows(const TileJob& job, float multiplier) {
     const int r0 = g * kLanes, n = rows - r0 < kLanes ? rows - r0 : kLanes;
     const VecF old_max = load_stats(job.row_max + r0, n, kNegInf);
     const VecF block_max = mul(reduce_rows_max(partial + r0), splat(multiplier));
-    const VecF new_max = select_greater(block_max, add(old_max, splat(kRescaleThreshold)),
-                                        block_max, old_max);
+    const VecF new_max =
+        select_greater(block_max, add(old_max, splat(kRescaleThreshold)), block_max, old_max);
     // A row with nothing visible yet keeps max -inf; its exponent base is then finite, so that
     // its probabilities and its rescale factor come out as exactly 0.
     const VecF base = vmax(new_max, splat(-__FLT_MAX__));

@@ -154,7 +154,9 @@ inline VecF mask_outside(VecF a, std::int64_t first, std::int64_t lo, std::int64
   const __m256 outside = _mm256_castsi256_ps(_mm256_or_si256(below, at_or_above));
   return {_mm256_blendv_ps(a.v, _mm256_set1_ps(-__builtin_inff()), outside)};
 }
-inline VecF lane_index() { return {_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7)}; }
+inline VecF lane_index() {
+  return {_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7)};
+}
 inline VecF select_greater(VecF a, VecF b, VecF x, VecF y) {
   return {_mm256_blendv_ps(y.v, x.v, _mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ))};
 }
@@ -165,7 +167,9 @@ inline VecF load_first(const float* p, int n, float fill) {
   const __m256i m = first_lanes(n);
   return {_mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m))};
 }
-inline void store_first(float* p, int n, VecF a) { _mm256_maskstore_ps(p, first_lanes(n), a.v); }
+inline void store_first(float* p, int n, VecF a) {
+  _mm256_maskstore_ps(p, first_lanes(n), a.v);
+}
 // Reduces 8 rows at once: lane i of the result is op over the lanes of v[i].
 template <typename Op>
 inline VecF reduce_rows(const VecF* v, Op op) {
