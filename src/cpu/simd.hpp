@@ -72,24 +72,19 @@ template <typename Op>
 inline VecF reduce_rows(const VecF* v, Op op) {
   // The tree leaves lane 4k + j holding input slot 4j + k, so slot 4j + k takes row 4k + j.
   auto row = [&](int slot) { return v[4 * (slot % 4) + slot / 4].v; };
+  auto f = [&](__m512 a, __m512 b) { return op(VecF{a}, VecF{b}).v; };
   __m512 w[8];  // w[i]: slot 2i folded to quarters 0-1, slot 2i+1 to quarters 2-3
   for (int i = 0; i < 8; ++i) {
     const __m512 a = row(2 * i), b = row(2 * i + 1);
-    w[i] = op(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    w[i] = f(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
   }
   __m512 u[4];  // u[j]: quarter k holds four partials of slot 4j + k
   for (int j = 0; j < 4; ++j)
-    u[j] = op(_mm512_shuffle_f32x4(w[2 * j], w[2 * j + 1], 0x88),
-              _mm512_shuffle_f32x4(w[2 * j], w[2 * j + 1], 0xDD));
-  const __m512 s01 = op(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
-  const __m512 s23 = op(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
-  return {op(_mm512_shuffle_ps(s01, s23, 0x44), _mm512_shuffle_ps(s01, s23, 0xEE))};
-}
-inline VecF reduce_rows_max(const VecF* v) {
-  return reduce_rows(v, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
-}
-inline VecF reduce_rows_add(const VecF* v) {
-  return reduce_rows(v, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
+    u[j] = f(_mm512_shuffle_f32x4(w[2 * j], w[2 * j + 1], 0x88),
+             _mm512_shuffle_f32x4(w[2 * j], w[2 * j + 1], 0xDD));
+  const __m512 s01 = f(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
+  const __m512 s23 = f(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
+  return {f(_mm512_shuffle_ps(s01, s23, 0x44), _mm512_shuffle_ps(s01, s23, 0xEE))};
 }
 // 2^x for x <= 0 (softmax arguments): the same polynomial as the other ISAs on the fraction
 // (vreduceps; 0 for -inf), scaled by the integer part with vscalefps. Exact 0 below -126 and for
@@ -175,20 +170,15 @@ template <typename Op>
 inline VecF reduce_rows(const VecF* v, Op op) {
   // The tree leaves lane 4h + i holding input slot 2i + h, so slot 2i + h takes row 4h + i.
   auto row = [&](int slot) { return v[4 * (slot % 2) + slot / 2].v; };
+  auto f = [&](__m256 a, __m256 b) { return op(VecF{a}, VecF{b}).v; };
   __m256 w[4];  // w[i]: slot 2i folded into the low half, slot 2i+1 into the high half
   for (int i = 0; i < 4; ++i) {
     const __m256 a = row(2 * i), b = row(2 * i + 1);
-    w[i] = op(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    w[i] = f(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
   }
-  const __m256 s01 = op(_mm256_unpacklo_ps(w[0], w[1]), _mm256_unpackhi_ps(w[0], w[1]));
-  const __m256 s23 = op(_mm256_unpacklo_ps(w[2], w[3]), _mm256_unpackhi_ps(w[2], w[3]));
-  return {op(_mm256_shuffle_ps(s01, s23, 0x44), _mm256_shuffle_ps(s01, s23, 0xEE))};
-}
-inline VecF reduce_rows_max(const VecF* v) {
-  return reduce_rows(v, [](__m256 a, __m256 b) { return _mm256_max_ps(a, b); });
-}
-inline VecF reduce_rows_add(const VecF* v) {
-  return reduce_rows(v, [](__m256 a, __m256 b) { return _mm256_add_ps(a, b); });
+  const __m256 s01 = f(_mm256_unpacklo_ps(w[0], w[1]), _mm256_unpackhi_ps(w[0], w[1]));
+  const __m256 s23 = f(_mm256_unpacklo_ps(w[2], w[3]), _mm256_unpackhi_ps(w[2], w[3]));
+  return {f(_mm256_shuffle_ps(s01, s23, 0x44), _mm256_shuffle_ps(s01, s23, 0xEE))};
 }
 
 #else  // portable: plain arrays, vectorised by the compiler for the baseline target
@@ -286,19 +276,27 @@ inline VecF load_first(const float* p, int n, float fill) {
 inline void store_first(float* p, int n, VecF a) {
   for (int i = 0; i < n; ++i) p[i] = a.v[i];
 }
-// Lane i of the result is the maximum (sum) over the lanes of v[i].
-inline VecF reduce_rows_max(const VecF* v) {
-  VecF r;
-  for (int i = 0; i < 8; ++i) r.v[i] = reduce_max(v[i]);
-  return r;
-}
-inline VecF reduce_rows_add(const VecF* v) {
-  VecF r;
-  for (int i = 0; i < 8; ++i) r.v[i] = reduce_add(v[i]);
+// Reduces 8 rows at once: lane i of the result is op over the lanes of v[i] (a transpose,
+// then op across the transposed vectors).
+template <typename Op>
+inline VecF reduce_rows(const VecF* v, Op op) {
+  VecF t[8];
+  for (int j = 0; j < 8; ++j)
+    for (int i = 0; i < 8; ++i) t[j].v[i] = v[i].v[j];
+  VecF r = t[0];
+  for (int j = 1; j < 8; ++j) r = op(r, t[j]);
   return r;
 }
 
 #endif
+
+// Lane i of the result is the maximum (sum) over the lanes of v[i], for kLanes rows v[0..).
+inline VecF reduce_rows_max(const VecF* v) {
+  return reduce_rows(v, [](VecF a, VecF b) { return vmax(a, b); });
+}
+inline VecF reduce_rows_add(const VecF* v) {
+  return reduce_rows(v, [](VecF a, VecF b) { return add(a, b); });
+}
 
 #if !defined(__AVX512F__)
 // 2^x for x <= 0 (softmax arguments): Taylor/minimax polynomial on the fraction, exact 0 for
