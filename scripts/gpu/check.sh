@@ -263,7 +263,8 @@ if has_stage ncu_src; then  # per-SASS-instruction stall samples of an sm90 kern
   bwd_flag=$([[ $dir == fwd ]] && echo 0 || echo 1)
   kernel=flash_${dir}_sm90_kernel
   timeout 200 "$NCU" --kernel-name regex:"$kernel" --launch-count 1 --section SpeedOfLight \
-    --section WarpStateStats --section SourceCounters --print-details all \
+    --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section LaunchStats --print-details all \
     "$BUILD/bench/gpu/tileattn_gpu_bench" --backward "$bwd_flag" --dims "$D" --lengths "$L" --iters 1 \
     --warmup 0 >"$OUT/ncu_stalls.txt" 2>&1 || note "-- ncu_src (details) failed"
   timeout 200 "$NCU" --kernel-name regex:"$kernel" --launch-count 1 --section SourceCounters \

@@ -36,6 +36,15 @@ struct MmaType<__half> {
   __device__ static __half from_float(float x) { return __float2half_rn(x); }
 };
 
+// The thread's index in its block, read afresh: volatile, so the compiler neither merges it with
+// an earlier read nor keeps that value live (or spilled) until here. For code after a long loop
+// that would otherwise hold lane and warp numbers across it.
+__device__ __forceinline__ int thread_index_now() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return tid;
+}
+
 // d += a * b for one m16n8k16 tile.
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4],

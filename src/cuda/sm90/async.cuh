@@ -54,6 +54,13 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, unsigned parit
   } while (done == 0);
 }
 
+// A 32-bit word of shared memory, always loaded (not merged with earlier loads or hoisted).
+__device__ __forceinline__ int ld_shared_volatile(std::uint32_t addr) {
+  int value;
+  asm volatile("ld.volatile.shared.b32 %0, [%1];\n" : "=r"(value) : "r"(addr) : "memory");
+  return value;
+}
+
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(map))
                : "memory");

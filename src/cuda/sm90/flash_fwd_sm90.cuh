@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/common/elements.cuh"
@@ -93,6 +94,8 @@ __device__ __forceinline__ void finish_schedule(const Sm90FwdParams& params) {
   }
 }
 
+inline constexpr int kSm90ConsumerWarps = 8;  // two consumer warpgroups
+
 template <int kStages>
 struct Sm90Barriers {
   std::uint64_t q_full, q_empty;
@@ -102,6 +105,9 @@ struct Sm90Barriers {
   // The consumers' next tile (-1: no more tiles), in two words used in turn (by the parity of
   // the hand-over count), so that a word is rewritten only two hand-overs after it was read.
   int tile[2];
+  // Per consumer warp: batch, head and first query row of its current tile, written by its lane
+  // 0 when the tile starts and read by the epilogue (see Epilogue below).
+  int out_coords[kSm90ConsumerWarps][3];
 };
 
 // Named barriers: consumer warpgroup w (of n) waits for its turn on kTurnBarrier + w, syncs its
@@ -120,6 +126,9 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   constexpr int kStages = cfg.stages, kConsumerWarps = cfg.consumer_warp_groups * 4;
   constexpr int kNTiles = kBlockN / 8, kDTiles = kDim / 8, kColBlocks = kDim / 64;
   static_assert(kBlockM == 64 * cfg.consumer_warp_groups && kDim % 64 == 0 && kBlockN % 16 == 0);
+  static_assert(kConsumerWarps == kSm90ConsumerWarps);
+  // The kernels where ptxas spills re-read the epilogue's coordinates (see the epilogue).
+  constexpr bool kRereadCoords = kDim > 128 || kGeneral;
   constexpr int kConsumerGroups = cfg.consumer_warp_groups;
   constexpr int kTileFullBarrier = kTurnBarrier + 2 * kConsumerGroups;  // + consumer
   constexpr int kTileEmptyBarrier = kTileFullBarrier + kConsumerGroups;
@@ -137,8 +146,11 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   T* const k_tiles = q_tile + kBlockM * kDim;             // stages x (block_n, D)
   T* const v_tiles = k_tiles + kStages * kBlockN * kDim;  // stages x (block_n, D)
   T* const o_stage = v_tiles + kStages * kBlockN * kDim;  // (block_m, D) if o_stage_bytes > 0
-  auto& bars = *reinterpret_cast<Sm90Barriers<kStages>*>(reinterpret_cast<char*>(o_stage) +
-                                                         cfg.o_stage_bytes());
+  constexpr int kBarsOffset =  // bytes from the aligned base to the barrier block
+      static_cast<int>((kBlockM * kDim + 2 * kStages * kBlockN * kDim) * sizeof(T)) +
+      cfg.o_stage_bytes();
+  auto& bars = *reinterpret_cast<Sm90Barriers<kStages>*>(reinterpret_cast<char*>(q_tile) +
+                                                         kBarsOffset);
 
   // Key blocks [n_block_begin, n_block_begin + n_blocks) a tile visits.
   struct TileWork {
@@ -333,6 +345,16 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     const TileCoords& tile = w.coords;
     const int h = tile.h, b = tile.b;
     const int row0 = tile.m0 + consumer * 64 + warp_in_group * 16 + g;  // rows row0, row0 + 8
+    if constexpr (kRereadCoords) {
+      __syncwarp();  // the previous tile's epilogue has read the slot
+      if (lane == 0) {
+        int* slot = bars.out_coords[consumer * 4 + warp_in_group];
+        slot[0] = b;
+        slot[1] = h;
+        slot[2] = tile.m0 + consumer * 64 + warp_in_group * 16;
+      }
+      __syncwarp();
+    }
 
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt)
@@ -479,6 +501,31 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     // Epilogue: O / l, staged through shared memory (16-byte chunks XOR-swizzled by row, so
     // both the fragment writes and the row reads are free of bank conflicts) and written with
     // coalesced 16-byte stores; or straight from the registers. Then the logsumexp.
+    // Where ptxas spills (kRereadCoords), lane, warp and tile coordinates are read afresh here
+    // (thread_index_now, the warp's out_coords slot) instead of being held across the main
+    // loop: with shared memory taking nearly all of L1, the spill reloads went to L2
+    // (long-scoreboard stalls of hundreds of cycles per tile in the D = 256 profile). The
+    // kernels without spills keep them in registers (re-reading cost them 1-2% at L = 1024).
+    int e_warp, e_lane, e_b, e_h, e_warp_row0;  // e_warp: consumer warp 0..7
+    if constexpr (kRereadCoords) {
+      const unsigned tid = static_cast<unsigned>(thread_index_now());
+      e_warp = static_cast<int>(tid / 32u) - 4;
+      e_lane = static_cast<int>(tid % 32u);
+      const std::uint32_t slot =  // shared address of bars.out_coords[e_warp], from the symbol
+          ((smem_address(smem_raw) + 1023u) & ~1023u) + kBarsOffset +
+          static_cast<std::uint32_t>(offsetof(Sm90Barriers<kStages>, out_coords)) + e_warp * 12u;
+      e_b = ld_shared_volatile(slot);
+      e_h = ld_shared_volatile(slot + 4);
+      e_warp_row0 = ld_shared_volatile(slot + 8);
+    } else {
+      e_warp = consumer * 4 + warp_in_group;
+      e_lane = lane;
+      e_b = b;
+      e_h = h;
+      e_warp_row0 = tile.m0 + consumer * 64 + warp_in_group * 16;
+    }
+    const int e_g = e_lane / 4, e_t = e_lane % 4;
+    const int e_row0 = e_warp_row0 + e_g;  // rows e_row0, e_row0 + 8
     float inv_sum[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -492,23 +539,24 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     if constexpr (cfg.o_stage_bytes() > 0) {
       if (p.vector_stores) {
         constexpr int kChunks = kDim / 8;  // 16-byte chunks per row
-        T* stage = o_stage + consumer * 64 * kDim;
-        const int stage_barrier = kTurnBarrier + kConsumerGroups + consumer;
+        const int e_group = e_warp / 4;
+        T* stage = o_stage + e_group * 64 * kDim;
+        const int stage_barrier = kTurnBarrier + kConsumerGroups + e_group;
         named_barrier_sync(stage_barrier, 128);  // the previous tile's reads are done
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const int r = warp_in_group * 16 + g + 8 * hh;
+          const int r = (e_warp % 4) * 16 + e_g + 8 * hh;
 #pragma unroll
           for (int dt = 0; dt < kDTiles; ++dt)
-            *reinterpret_cast<std::uint32_t*>(stage + r * kDim + ((dt ^ (r & 7)) * 8) + 2 * t) =
+            *reinterpret_cast<std::uint32_t*>(stage + r * kDim + ((dt ^ (r & 7)) * 8) + 2 * e_t) =
                 MmaType<T>::pack(acc_o[dt][2 * hh] * inv_sum[hh],
                                  acc_o[dt][2 * hh + 1] * inv_sum[hh]);
         }
         named_barrier_sync(stage_barrier, 128);
-        const int row_base = tile.m0 + consumer * 64;
-        T* out = static_cast<T*>(p.out) + b * p.o_stride_b + h * p.o_stride_h;
+        const int row_base = e_warp_row0 - (e_warp % 4) * 16;
+        T* out = static_cast<T*>(p.out) + e_b * p.o_stride_b + e_h * p.o_stride_h;
 #pragma unroll
-        for (int idx = static_cast<int>(threadIdx.x) % 128; idx < 64 * kChunks; idx += 128) {
+        for (int idx = e_lane + (e_warp % 4) * 32; idx < 64 * kChunks; idx += 128) {
           const int r = idx / kChunks, c = idx % kChunks;
           if (row_base + r < p.len_q && c * 8 < p.dim_v)
             *reinterpret_cast<uint4*>(out + static_cast<std::int64_t>(row_base + r) * p.o_stride_l +
@@ -517,19 +565,35 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         }
         stored = true;
       }
+    } else if (p.vector_stores) {  // out type T, aligned rows: packed pairs, no type switch
+      T* out = static_cast<T*>(p.out) + e_b * p.o_stride_b + e_h * p.o_stride_h;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = e_row0 + 8 * hh;
+        if (i >= p.len_q) continue;
+        T* out_row = out + static_cast<std::int64_t>(i) * p.o_stride_l;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          const int col = dt * 8 + 2 * e_t;
+          if (col < p.dim_v)
+            *reinterpret_cast<std::uint32_t*>(out_row + col) = MmaType<T>::pack(
+                acc_o[dt][2 * hh] * inv_sum[hh], acc_o[dt][2 * hh + 1] * inv_sum[hh]);
+        }
+      }
+      stored = true;
     }
     char* out_base = static_cast<char*>(p.out);
     const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
-    out_base += (b * p.o_stride_b + h * p.o_stride_h) * out_esize;
+    out_base += (e_b * p.o_stride_b + e_h * p.o_stride_h) * out_esize;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float l = row_sum[hh], inv = inv_sum[hh];
-      const int i = row0 + 8 * hh;
+      const int i = e_row0 + 8 * hh;
       if (i >= p.len_q) continue;
       char* out_row = out_base + static_cast<std::int64_t>(i) * p.o_stride_l * out_esize;
 #pragma unroll
       for (int dt = 0; dt < kDTiles && !stored; ++dt) {
-        const int col = dt * 8 + 2 * t;
+        const int col = dt * 8 + 2 * e_t;
         const float x = acc_o[dt][2 * hh] * inv, y = acc_o[dt][2 * hh + 1] * inv;
         if (p.pair_stores && col + 1 < p.dim_v) {
           store_pair(out_row, col, p.out_type, x, y);
@@ -538,8 +602,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
           if (col + 1 < p.dim_v) store_elem(out_row, col + 1, p.out_type, y);
         }
       }
-      if (p.lse != nullptr && t == 0)
-        p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] =
+      if (p.lse != nullptr && e_t == 0)
+        p.lse[e_b * p.lse_stride_b + e_h * p.lse_stride_h + i * p.lse_stride_l] =
             l > 0.0f ? (row_max[hh] + __log2f(l)) * kLn2 : -INFINITY;
     }
   }

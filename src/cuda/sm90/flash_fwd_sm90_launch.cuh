@@ -18,11 +18,18 @@ inline std::atomic<unsigned> g_sm90_launches{0};  // picks each launch's schedul
 
 // Switches for measurements (docs/perf/gpu.md): TILEATTN_SM90_PING_PONG=0,
 // TILEATTN_SM90_PERSISTENT=0 and TILEATTN_SM90_LAZY_RESCALE=0 turn the ping-pong schedule, the
-// persistent grid and the lazy softmax rescaling off.
+// persistent grid and the lazy softmax rescaling off; TILEATTN_SM90_GROUP_MB=n sets the K/V
+// bytes of one scheduling group (default 8 MiB).
 inline bool sm90_option(const char* name, bool fallback) {
   const char* value = std::getenv(name);
   if (value == nullptr) return fallback;
   return std::strcmp(value, "0") != 0;
+}
+inline std::int64_t sm90_int_option(const char* name, std::int64_t fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return fallback;
+  const long long parsed = std::atoll(value);
+  return parsed > 0 ? parsed : fallback;
 }
 
 template <typename T, int kBucket, bool kGeneral>
@@ -44,8 +51,9 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
   // the H200's L2), so the CTAs running at one time mostly hit L2.
   const std::int64_t kv_bytes_per_pair =
       static_cast<std::int64_t>(p.len_k) * (p.dim + p.dim_v) * 2 + 1;
+  const std::int64_t group_bytes = sm90_int_option("TILEATTN_SM90_GROUP_MB", 8) << 20;
   params.group_heads = static_cast<int>(std::clamp<std::int64_t>(
-      (std::int64_t{8} << 20) / kv_bytes_per_pair, 1, std::int64_t{p.batch} * p.heads_q));
+      group_bytes / kv_bytes_per_pair, 1, std::int64_t{p.batch} * p.heads_q));
   params.ping_pong = sm90_option("TILEATTN_SM90_PING_PONG", true);
   params.rescale_threshold = sm90_option("TILEATTN_SM90_LAZY_RESCALE", true) ? 8.0f : 0.0f;
   // Persistent: one CTA per SM, each taking tiles from the launch's counter until none are left
