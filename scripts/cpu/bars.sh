@@ -11,7 +11,7 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) threads; $($too
 "$tool" bench "${shape[@]}" --dtype f32 --json >"$out/f32.json"
 "$tool" bench "${shape[@]}" --dtype f32 --causal bottom-right --json --peak-seconds 0 >"$out/f32_causal.json"
 "$tool" bench "${shape[@]}" --dtype bf16 --no-baseline --peak-seconds 0 --json >"$out/bf16.json"
-"$tool" bench "${shape[@]}" --dtype f32 --no-baseline --peak-seconds 0 --json >"$out/f32_again.json"
+"$tool" bench "${shape[@]}" --dtype f32 --no-baseline --json >"$out/f32_again.json"
 /usr/bin/time -v "$tool" bench --batch 1 --heads 8 --lq 32768 --lk 32768 --dim 128 --dtype f32 \
   --no-baseline --iters 1 --warmup 0 --peak-seconds 0 --json >"$out/rss.json" 2>"$out/rss.time"
 
@@ -23,9 +23,12 @@ f32, causal, bf16, f32b, rss = (load(n) for n in ("f32", "f32_causal", "bf16", "
 max_rss_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", (d / "rss.time").read_text()).group(1))
 qkvo = 4 * 1 * 32768 * 8 * 128 * 4
 f32_ref = max(f32["flash_gflops"], f32b["flash_gflops"])
+# The machine's FMA peak: the larger of the two peak-loop measurements (host noise only lowers
+# it), so a depressed peak loop cannot flatter the ratio.
+peak = max(f32["peak_gflops"], f32b["peak_gflops"])
 rows = [
   ("f32 non-causal: flash / naive OpenBLAS", f"{f32['flash_gflops']:.1f} / {f32['baseline_gflops']:.1f} GFLOP/s", f"{f32['ratio']:.2f}x", ">= 1.25x"),
-  ("f32 non-causal: % of FMA peak", f"{f32['flash_gflops']:.1f} / {f32['peak_gflops']:.1f} GFLOP/s ({f32['peak_isa']})", f"{f32['flash_pct_of_peak']:.1f}%", ">= 80%"),
+  ("f32 non-causal: % of FMA peak", f"{f32['flash_gflops']:.1f} / {peak:.1f} GFLOP/s ({f32['peak_isa']}, best of 2 peak loops)", f"{100 * f32['flash_gflops'] / peak:.1f}%", ">= 80%"),
   ("f32 causal (half FLOPs): flash / naive", f"{causal['flash_gflops']:.1f} / {causal['baseline_gflops']:.1f} GFLOP/s", f"{causal['ratio']:.2f}x", ">= 2.2x"),
   ("bf16 / f32 flash", f"{bf16['flash_gflops']:.1f} ({bf16['isa']}) / {f32_ref:.1f} GFLOP/s", f"{bf16['flash_gflops'] / f32_ref:.2f}x", ">= 1.6x"),
   ("peak RSS at L=32768, H=8, D=128 f32", f"{max_rss_kib / 1024:.0f} MiB vs q+k+v+out {qkvo / 2**20:.0f} MiB", f"{max_rss_kib * 1024 / qkvo:.2f}x", "< 1.5x"),
