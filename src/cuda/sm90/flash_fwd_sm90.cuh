@@ -572,7 +572,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       // storing the pairs.
       static_assert(kDTiles % 4 == 0);
       T* out = static_cast<T*>(p.out) + e_b * p.o_stride_b + e_h * p.o_stride_h;
-      const bool odd = (e_t & 1) != 0, high = (e_t & 2) != 0;
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int i = e_row0 + 8 * hh;
@@ -584,26 +583,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
           for (int j = 0; j < 4; ++j)
             a[j] = MmaType<T>::pack(acc_o[4 * k + j][2 * hh] * inv_sum[hh],
                                     acc_o[4 * k + j][2 * hh + 1] * inv_sum[hh]);
-          // Round m (1, then 2): a lane sends its entries whose index differs from the lane
-          // number in bit m and takes the partner's in their place, index bit m flipped.
-          std::uint32_t x = __shfl_xor_sync(0xffffffffu, odd ? a[0] : a[1], 1);
-          std::uint32_t y = __shfl_xor_sync(0xffffffffu, odd ? a[2] : a[3], 1);
-          if (odd) {
-            a[0] = x;
-            a[2] = y;
-          } else {
-            a[1] = x;
-            a[3] = y;
-          }
-          x = __shfl_xor_sync(0xffffffffu, high ? a[0] : a[2], 2);
-          y = __shfl_xor_sync(0xffffffffu, high ? a[1] : a[3], 2);
-          if (high) {
-            a[0] = x;
-            a[1] = y;
-          } else {
-            a[2] = x;
-            a[3] = y;
-          }
+          quad_transpose(a, e_t);
           const int col = (4 * k + e_t) * 8;  // a[j]: columns col + 2j, +1
           if (i < p.len_q && col < p.dim_v)
             *reinterpret_cast<uint4*>(out_row + col) = make_uint4(a[0], a[1], a[2], a[3]);
