@@ -4,9 +4,10 @@
 #   scripts/cpu/ab.sh A_BINARY B_BINARY [ROUNDS] [-- bench options]
 # Default shape: single thread, B=1, H=4, L=2048, D=128, f32 (the per-core kernel rate).
 set -euo pipefail
-a=$1 b=$2 rounds=${3:-8}
-shift $(( $# >= 3 ? 3 : $# ))
-[ "${1:-}" = "--" ] && shift
+a=$1 b=$2 rounds=8
+shift 2
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then rounds=$1; shift; fi
+if [ $# -gt 0 ] && [ "$1" = "--" ]; then shift; fi
 opts=("$@")
 [ ${#opts[@]} -eq 0 ] && opts=(--batch 1 --heads 4 --lq 2048 --dim 128 --threads 1)
 run() { "$1" bench "${opts[@]}" --no-baseline --peak-seconds 0 --iters 3 --warmup 1 --json |
