@@ -344,14 +344,15 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     if (w.n_blocks == 0) release(&bars.q_empty);
     const TileCoords& tile = w.coords;
     const int h = tile.h, b = tile.b;
-    const int row0 = tile.m0 + consumer * 64 + warp_in_group * 16 + g;  // rows row0, row0 + 8
+    const int warp_row0 = tile.m0 + consumer * 64 + warp_in_group * 16;
+    const int row0 = warp_row0 + g;  // rows row0, row0 + 8
     if constexpr (kRereadCoords) {
       __syncwarp();  // the previous tile's epilogue has read the slot
       if (lane == 0) {
         int* slot = bars.out_coords[consumer * 4 + warp_in_group];
         slot[0] = b;
         slot[1] = h;
-        slot[2] = tile.m0 + consumer * 64 + warp_in_group * 16;
+        slot[2] = warp_row0;
       }
       __syncwarp();
     }
@@ -522,7 +523,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       e_lane = lane;
       e_b = b;
       e_h = h;
-      e_warp_row0 = tile.m0 + consumer * 64 + warp_in_group * 16;
+      e_warp_row0 = warp_row0;
     }
     const int e_g = e_lane / 4, e_t = e_lane % 4;
     const int e_row0 = e_warp_row0 + e_g;  // rows e_row0, e_row0 + 8
