@@ -158,6 +158,11 @@ __device__ __forceinline__ std::uint64_t l2_evict_last() {
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
+__device__ __forceinline__ std::uint64_t l2_evict_normal() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
 
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_dec() {

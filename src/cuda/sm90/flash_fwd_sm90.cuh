@@ -52,6 +52,7 @@ struct Sm90FwdParams {
   int group_heads;       // (batch, head) pairs per scheduling group (their K/V fit in L2 together)
   unsigned sched_slot;   // this launch's tile counter (kSchedulerSlots of them, reused in turn)
   bool ping_pong;        // consumer warpgroups take turns to issue their GEMMs
+  bool kv_evict_last;    // K/V loads carry the L2 evict-last hint (else evict-normal)
   float rescale_threshold;  // lazy rescaling of the online softmax, log2 units (0: eager)
 };
 
@@ -201,7 +202,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     }
     constexpr unsigned kKvBytes = cfg.kv_tile_bytes();
     // Q is read by one CTA once; K and V by every query block of their heads.
-    const std::uint64_t read_once = l2_evict_first(), read_often = l2_evict_last();
+    const std::uint64_t read_once = l2_evict_first();
+    const std::uint64_t read_often = params.kv_evict_last ? l2_evict_last() : l2_evict_normal();
     // Per tile: K_0 first (its ring slot is usually free already), then the tile index and Q
     // once the consumers are done with the previous Q, then the rest of K and V.
     int kv_it = 0, q_pass = 0;

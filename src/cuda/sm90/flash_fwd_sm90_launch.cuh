@@ -18,8 +18,9 @@ inline std::atomic<unsigned> g_sm90_launches{0};  // picks each launch's schedul
 
 // Switches for measurements (docs/perf/gpu.md): TILEATTN_SM90_PING_PONG=0,
 // TILEATTN_SM90_PERSISTENT=0 and TILEATTN_SM90_LAZY_RESCALE=0 turn the ping-pong schedule, the
-// persistent grid and the lazy softmax rescaling off; TILEATTN_SM90_GROUP_MB=n sets the K/V
-// bytes of one scheduling group (default 8 MiB).
+// persistent grid and the lazy softmax rescaling off; TILEATTN_SM90_KV_EVICT_LAST=0 loads K/V
+// with the evict-normal L2 hint; TILEATTN_SM90_GROUP_MB=n sets the K/V bytes of one scheduling
+// group (default 8 MiB).
 inline bool sm90_option(const char* name, bool fallback) {
   const char* value = std::getenv(name);
   if (value == nullptr) return fallback;
@@ -55,6 +56,7 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
   params.group_heads = static_cast<int>(std::clamp<std::int64_t>(
       group_bytes / kv_bytes_per_pair, 1, std::int64_t{p.batch} * p.heads_q));
   params.ping_pong = sm90_option("TILEATTN_SM90_PING_PONG", true);
+  params.kv_evict_last = sm90_option("TILEATTN_SM90_KV_EVICT_LAST", true);
   params.rescale_threshold = sm90_option("TILEATTN_SM90_LAZY_RESCALE", true) ? 8.0f : 0.0f;
   // Persistent: one CTA per SM, each taking tiles from the launch's counter until none are left
   // (TILEATTN_SM90_PERSISTENT=0: one CTA per tile, for comparison).
