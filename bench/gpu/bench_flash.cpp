@@ -11,11 +11,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -44,6 +46,10 @@ std::vector<int> parse_list(const char* text) {
 }
 
 // N(0,1)-ish bf16 values (sum of uniforms), never zeros: zeros time faster than real data.
+double epoch_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 void fill_random(std::vector<std::uint16_t>& host, std::uint64_t seed) {
   std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (auto& h : host) {
@@ -157,6 +163,7 @@ int main(int argc, char** argv) {
           else
             tileattn::attention_forward(args, ctx);
         };
+        const double t0 = epoch_seconds();  // wall clock, to match the check's clock log
         for (int w = 0; w < warmup; ++w) run();
         for (int i = 0; i < iters; ++i) {
           check(cudaEventRecord(events[2 * i], stream), "cudaEventRecord");
@@ -164,6 +171,7 @@ int main(int argc, char** argv) {
           check(cudaEventRecord(events[2 * i + 1], stream), "cudaEventRecord");
         }
         check(cudaStreamSynchronize(stream), "run");
+        const double t1 = epoch_seconds();
         std::vector<float> ms(static_cast<std::size_t>(iters));
         for (int i = 0; i < iters; ++i)
           check(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]), "elapsed");
@@ -195,7 +203,9 @@ int main(int argc, char** argv) {
              << (sm90 ? "sm90" : "sm80") << "\", \"block_m\": " << block_m
              << ", \"block_n\": " << block_n << ", \"warps\": " << warps
              << ", \"stages\": " << stages << ", \"pass\": \""
-             << (backward ? "backward" : "forward") << "\"}";
+             << (backward ? "backward" : "forward") << "\", \"t0\": " << std::fixed
+             << std::setprecision(3) << t0 << ", \"t1\": " << t1 << std::defaultfloat
+             << std::setprecision(6) << "}";
         first = false;
       }
   json << "\n]\n";

@@ -4,6 +4,7 @@ FlashAttention-2 and cuDNN back ends, median of --iters runs timed with CUDA eve
 (torch.autograd.grad of one forward's output, graph kept) with 2.5x the forward FLOPs."""
 import argparse
 import json
+import time
 import statistics
 
 import torch
@@ -60,6 +61,7 @@ def main():
                 for name, backend in backends.items():
                     rec = {"impl": name, "D": D, "causal": causal, "L": L, "B": B, "H": H,
                            "pass": "backward" if args.backward else "forward"}
+                    t0 = time.time()
                     try:
                         with sdpa_kernel(backend):
                             if args.backward:
@@ -69,7 +71,7 @@ def main():
                             else:
                                 fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                             ms = time_ms(fn, args.iters, args.warmup)
-                        rec.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
+                        rec.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12, t0=t0, t1=time.time())
                     except Exception as e:  # a back end that refuses a shape is recorded, not fatal
                         rec.update(error=str(e).splitlines()[0][:200])
                     records.append(rec)

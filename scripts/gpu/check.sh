@@ -37,9 +37,21 @@ note "== $(date -u +%FT%TZ) tileattn GPU check: stages: $STAGES"
   cmake --version | head -1
   g++ --version | head -1
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+  # The L2 set-aside for persisting accesses (tileattn's K/V loads carry evict-last hints).
+  python3 -c 'import ctypes; rt = ctypes.CDLL("libcudart.so"); v = ctypes.c_size_t(0)
+rt.cudaDeviceGetLimit(ctypes.byref(v), 6); print("persisting L2 limit (bytes):", v.value)' 2>/dev/null ||
+    echo "persisting L2 limit: unknown (no libcudart.so for python)"
 } 2>&1 | tee -a "$SUMMARY"
+# Clock, power and throttle log of the whole call (every 200 ms), summarised at the end: tells
+# whether a slow figure came with lower SM clocks (power or thermal limits).
+TZ=UTC nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  --format=csv,noheader,nounits -lms 200 >/tmp/clocks.csv 2>/dev/null &
+MONITOR=$!
+: >/tmp/clock_marks.csv
+stage_mark() { echo "mark,$(date -u +%H:%M:%S),$1" >>/tmp/clock_marks.csv; }
 
 if has_stage build; then
+  stage_mark build
   # GoogleTest: the system's if present, else built from the carried source (.gpu-deps).
   GTEST_ARGS=()
   if ! ls /usr/lib/*/cmake/GTest/GTestConfig.cmake /usr/lib/cmake/GTest/GTestConfig.cmake \
@@ -89,6 +101,7 @@ if has_stage build; then
 fi
 
 if has_stage test; then
+  stage_mark test
   start=$(date +%s)
   TESTS="$BUILD/tests/cuda/tileattn_cuda_tests"
   # Default dispatch (the sm90 wgmma kernel where it applies on Hopper), then the sm80 kernel
@@ -123,6 +136,7 @@ if has_stage test; then
 fi
 
 if has_stage sanitize; then
+  stage_mark sanitize
   start=$(date +%s)
   : >"$OUT/sanitizer.log"
   for run in memcheck:0 racecheck:0 synccheck:0 memcheck:1 racecheck:1; do
@@ -137,6 +151,7 @@ if has_stage sanitize; then
 fi
 
 if has_stage race_repeat; then  # racecheck RACE_REPEAT times on RACE_FILTER, and the SASS of the
+  stage_mark race_repeat
   # sm90 forward objects, to place any reported offsets
   start=$(date +%s)
   TILEATTN_CUDA_DISABLE_SM90=0 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 99 \
@@ -151,6 +166,7 @@ if has_stage race_repeat; then  # racecheck RACE_REPEAT times on RACE_FILTER, an
 fi
 
 if has_stage bench; then
+  stage_mark bench
   dims=${BENCH_DIMS:-64,128,256}
   lengths=${BENCH_LENGTHS:-512,1024,2048,4096,8192,16384}
   iters=${BENCH_ITERS:-30}
@@ -179,6 +195,7 @@ if has_stage bench; then
     --json "$OUT/bench.json" | tee -a "$SUMMARY"
 fi
 if has_stage bench_bwd; then  # the backward: tileattn (sm80 kernel) vs PyTorch FA2 and cuDNN
+  stage_mark bench_bwd
   dims=${BENCH_BWD_DIMS:-64,128}
   lengths=${BENCH_BWD_LENGTHS:-1024,2048,4096,8192,16384}
   iters=${BENCH_ITERS:-30}
@@ -206,35 +223,45 @@ if has_stage ab; then
   # `git diff HEAD~1 > .gpu-deps/ab.patch` and carried) is reverse-applied to a copy of the tree,
   # which is built too; the two forward (or AB_BACKWARD=1 backward) benches then run alternately
   # AB_ROUNDS times on BENCH_DIMS x BENCH_LENGTHS, each round a pair of columns.
+  # AB_ENV="VAR=value" instead of AB_PATCH: the baseline is the same binary run under that
+  # setting (e.g. TILEATTN_SM90_KV_EVICT_LAST=0).
   start=$(date +%s)
   base=/tmp/ab-base
-  rm -rf "$base" && mkdir -p "$base"
-  tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C "$base"
-  if (cd "$base" && patch -R -p1 -s <"$ROOT/$AB_PATCH"); then
+  rm -rf "$base" /tmp/ab_*.json && mkdir -p "$base"
+  base_env=${AB_ENV:-TILEATTN_AB_SIDE=base} ab_ok=1
+  if [[ -n ${AB_ENV:-} && -z ${AB_PATCH:-} ]]; then
+    note "-- ab: baseline = the same binary under $AB_ENV"
+  elif tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C "$base" &&
+      (cd "$base" && patch -R -p1 -s <"$ROOT/$AB_PATCH"); then
     cmake -S "$base" -B /tmp/ab-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES="80;90a-real" -DTILEATTN_BUILD_TOOLS=OFF -DTILEATTN_BUILD_TESTS=OFF -DTILEATTN_BUILD_BENCHMARKS=OFF \
       >/tmp/ab-build.log 2>&1 && cmake --build /tmp/ab-build -j "$JOBS" --target tileattn_gpu_bench >>/tmp/ab-build.log 2>&1 ||
-      { note "-- ab: baseline build failed"; tail -20 /tmp/ab-build.log | tee -a "$SUMMARY"; status=1; }
+      { note "-- ab: baseline build failed"; tail -20 /tmp/ab-build.log | tee -a "$SUMMARY"; status=1 ab_ok=0; }
     note "-- ab: baseline built in $(($(date +%s) - start)) s"
+  else
+    note "-- ab: $AB_PATCH does not reverse-apply"; status=1 ab_ok=0
+  fi
+  if [[ $ab_ok == 1 ]]; then
     dims=${BENCH_DIMS:-64,128,256} lengths=${BENCH_LENGTHS:-1024,2048,4096,8192,16384}
     iters=${BENCH_ITERS:-20} ab_files=()
     for round in $(seq "${AB_ROUNDS:-2}"); do
       for side in new base; do
-        bin=$BUILD/bench/gpu/tileattn_gpu_bench
-        [[ $side == base ]] && bin=/tmp/ab-build/bench/gpu/tileattn_gpu_bench
-        timeout 300 "$bin" --backward "${AB_BACKWARD:-0}" --dims "$dims" --lengths "$lengths" \
+        bin=$BUILD/bench/gpu/tileattn_gpu_bench setting=TILEATTN_AB_SIDE=new
+        [[ $side == base && -z ${AB_PATCH:-} ]] && setting=$base_env
+        [[ $side == base && -n ${AB_PATCH:-} ]] && bin=/tmp/ab-build/bench/gpu/tileattn_gpu_bench
+        stage_mark "ab_${side}_$round"
+        env "$setting" timeout 300 "$bin" --backward "${AB_BACKWARD:-0}" --dims "$dims" --lengths "$lengths" \
           --iters "$iters" --label "tileattn_${side}_$round" --json "/tmp/ab_${side}_$round.json" >/tmp/ab.log 2>&1 ||
           note "-- ab: $side round $round failed"
         ab_files+=("/tmp/ab_${side}_$round.json")
       done
     done
     python3 bench/gpu/compare.py "${ab_files[@]}" --json "$OUT/ab.json" | tee -a "$SUMMARY"
-  else
-    note "-- ab: $AB_PATCH does not reverse-apply"; status=1
   fi
   note "   ($(($(date +%s) - start)) s)"
 fi
 if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's and PyTorch FA2's
+  stage_mark ncu_bwd
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   sections=(--section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats
             --section SchedulerStats --section InstructionStats --section SourceCounters
@@ -257,6 +284,7 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
     "$OUT/ncu_bwd.txt" | tee -a "$SUMMARY"
 fi
 if has_stage ncu_src; then  # per-SASS-instruction stall samples of an sm90 kernel, and its SASS:
+  stage_mark ncu_src
   # NCU_SRC=bwd (default) the backward, NCU_SRC=fwd the forward (first launch: non-causal)
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192} dir=${NCU_SRC:-bwd}
@@ -275,5 +303,12 @@ if has_stage ncu_src; then  # per-SASS-instruction stall samples of an sm90 kern
   cuobjdump --dump-sass --gpu-architecture sm_90a \
     "$BUILD/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_${dir}_sm90_hdim$D.cu.o" | gzip -c >"$OUT/${dir}_sm90.sass.gz"
 fi
+stage_mark end
+kill "$MONITOR" 2>/dev/null; wait "$MONITOR" 2>/dev/null
+cat /tmp/clocks.csv /tmp/clock_marks.csv >/tmp/clocks_all.csv
+gzip -c /tmp/clocks_all.csv >"$OUT/clocks.csv.gz"
+python3 scripts/gpu/clocks_summary.py /tmp/clocks_all.csv "$OUT"/bench_tileattn*.json "$OUT"/bench_torch.json \
+  /tmp/ab_*.json >"$OUT/clocks.txt" 2>&1
+grep -v " TFLOP/s " "$OUT/clocks.txt" | tee -a "$SUMMARY"  # per stage; per shape in clocks.txt
 note "== done, status $status"
 exit $status
