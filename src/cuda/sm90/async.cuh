@@ -193,6 +193,14 @@ __device__ __forceinline__ std::uint64_t sw128_desc(const void* smem, std::uint3
          (static_cast<std::uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
 }
 
+// desc + units (16-byte units of the start address field), computed where it is used: volatile,
+// so the compiler neither hoists it out of a loop nor merges it with an earlier copy.
+__device__ __forceinline__ std::uint64_t desc_add_volatile(std::uint64_t desc, int units) {
+  std::uint64_t out;
+  asm volatile("add.s64 %0, %1, %2;\n" : "=l"(out) : "l"(desc), "l"(static_cast<std::int64_t>(units)));
+  return out;
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }

@@ -290,14 +290,23 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   if (consumer == kConsumerGroups - 1) pass_turn();  // warpgroup 0 goes first
 
   float acc_o[kDTiles][4];
+  // At D > 128 Q's descriptors are one base plus a constant per k-step, added by an opaque
+  // (volatile) instruction where it is used: otherwise the compiler hoists all kDim / 16 of them
+  // out of the key loop as live 64-bit values, and at D = 256 ptxas spilled them inside the loop.
+  // (At D <= 128 the hoisted descriptors fit, and the opaque add made the general kernel spill.)
+  constexpr bool kOpaqueQDesc = kDim > 128;
+  const std::uint64_t q_desc0 = sw128_desc(q_group, 16, 1024);
   auto issue_qk = [&](float (&s)[kNTiles][4], int slot) {
     const T* k_tile = k_tiles + slot * kBlockN * kDim;
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kDim / 16; ++ks) {
       const int col_block = ks / 4, in_row = (ks % 4) * 16;  // elements
-      wgmma_ss<T, kBlockN>(s, sw128_desc(q_group + col_block * kBlockM * 64 + in_row, 16, 1024),
-                           sw128_desc(k_tile + col_block * kBlockN * 64 + in_row, 16, 1024),
+      const int q_offset = col_block * kBlockM * 64 + in_row;  // elements
+      const std::uint64_t q_desc =
+          kOpaqueQDesc ? desc_add_volatile(q_desc0, q_offset * static_cast<int>(sizeof(T)) / 16)
+                       : sw128_desc(q_group + q_offset, 16, 1024);
+      wgmma_ss<T, kBlockN>(s, q_desc, sw128_desc(k_tile + col_block * kBlockN * 64 + in_row, 16, 1024),
                            ks > 0);
     }
     wgmma_commit();
