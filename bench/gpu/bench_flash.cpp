@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "clock_sampler.hpp"
 #include "common/float_convert.hpp"
 #include "cuda/sm80/flash_fwd_config.hpp"
 #include "tileattn/tileattn.hpp"
@@ -97,6 +98,10 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  tileattn_bench::ClockSampler clocks(0);
+  if (clocks.available())
+    std::printf("enforced power limit: %.0f W (clocks sampled by NVML during each shape)\n",
+                clocks.power_limit_w());
 
   const std::size_t elems = static_cast<std::size_t>(kTokens * kChannels);
   std::vector<std::uint16_t> host(elems);
@@ -123,7 +128,7 @@ int main(int argc, char** argv) {
   json << "[\n";
   bool first = true;
   std::printf("%5s %6s %6s %4s %4s %10s %9s  %s\n", "D", "causal", "L", "B", "H", "ms", "TFLOP/s",
-              "kernel Br x Bc, warps, stages");
+              "kernel Br x Bc, warps, stages, mean SM clock, max power");
   for (int D : dims)
     for (int causal = 0; causal < 2; ++causal)
       for (int L : lengths) {
@@ -165,6 +170,7 @@ int main(int argc, char** argv) {
         };
         const double t0 = epoch_seconds();  // wall clock, to match the check's clock log
         for (int w = 0; w < warmup; ++w) run();
+        clocks.start();
         for (int i = 0; i < iters; ++i) {
           check(cudaEventRecord(events[2 * i], stream), "cudaEventRecord");
           run();
@@ -172,6 +178,7 @@ int main(int argc, char** argv) {
         }
         check(cudaStreamSynchronize(stream), "run");
         const double t1 = epoch_seconds();
+        const tileattn_bench::ClockStats clock_stats = clocks.stop();
         std::vector<float> ms(static_cast<std::size_t>(iters));
         for (int i = 0; i < iters; ++i)
           check(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]), "elapsed");
@@ -193,9 +200,10 @@ int main(int argc, char** argv) {
         const int block_n = backward ? cfg_bwd.block_n() : sm90 ? cfg90.block_n : cfg.block_n;
         const int warps = backward ? cfg_bwd.warps : sm90 ? cfg90.consumer_warp_groups * 4 : cfg.warps;
         const int stages = backward ? 2 : sm90 ? cfg90.stages : cfg.stages;
-        std::printf("%5d %6d %6d %4lld %4lld %10.4f %9.1f  %s %d x %d, %d, %d\n", D, causal, L,
-                    static_cast<long long>(B), static_cast<long long>(H), median, tflops,
-                    sm90 ? "sm90" : "sm80", block_m, block_n, warps, stages);
+        std::printf("%5d %6d %6d %4lld %4lld %10.4f %9.1f  %s %d x %d, %d, %d  %4.0f MHz %3.0f W\n",
+                    D, causal, L, static_cast<long long>(B), static_cast<long long>(H), median,
+                    tflops, sm90 ? "sm90" : "sm80", block_m, block_n, warps, stages,
+                    clock_stats.mean_mhz, clock_stats.max_power_w);
         json << (first ? "" : ",\n") << "  {\"impl\": \"" << label << "\", \"D\": " << D
              << ", \"causal\": " << (causal ? "true" : "false") << ", \"L\": " << L
              << ", \"B\": " << B << ", \"H\": " << H << ", \"ms\": " << median
@@ -203,7 +211,10 @@ int main(int argc, char** argv) {
              << (sm90 ? "sm90" : "sm80") << "\", \"block_m\": " << block_m
              << ", \"block_n\": " << block_n << ", \"warps\": " << warps
              << ", \"stages\": " << stages << ", \"pass\": \""
-             << (backward ? "backward" : "forward") << "\", \"t0\": " << std::fixed
+             << (backward ? "backward" : "forward") << "\", \"sm_mhz\": " << clock_stats.mean_mhz
+             << ", \"sm_mhz_min\": " << clock_stats.min_mhz << ", \"power_w\": "
+             << clock_stats.max_power_w << ", \"throttle\": " << clock_stats.reasons
+             << ", \"clock_samples\": " << clock_stats.samples << ", \"t0\": " << std::fixed
              << std::setprecision(3) << t0 << ", \"t1\": " << t1 << std::defaultfloat
              << std::setprecision(6) << "}";
         first = false;

@@ -11,12 +11,15 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
 
+from clock_sampler import ClockSampler
+
 TOKENS, CHANNELS = 16384, 2048
 
 
-def time_ms(fn, iters, warmup):
+def time_ms(fn, iters, warmup, sampler):
     for _ in range(warmup):
         fn()
+    sampler.start()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for s, e in zip(starts, ends):
@@ -24,7 +27,8 @@ def time_ms(fn, iters, warmup):
         fn()
         e.record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    clocks = sampler.stop()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)), clocks
 
 
 def main():
@@ -43,6 +47,7 @@ def main():
     backends = {name: backends[name] for name in args.backends.split(",")}
     print(f"torch {torch.__version__}, cuda {torch.version.cuda}, cudnn {torch.backends.cudnn.version()}, "
           f"{torch.cuda.get_device_name()}")
+    sampler = ClockSampler(uuid="GPU-" + str(getattr(torch.cuda.get_device_properties(0), "uuid", "")))
     records = []
     gen = torch.Generator(device="cuda").manual_seed(0)
     for D in dims:
@@ -70,8 +75,9 @@ def main():
                                                                  retain_graph=True)
                             else:
                                 fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                            ms = time_ms(fn, args.iters, args.warmup)
+                            ms, clocks = time_ms(fn, args.iters, args.warmup, sampler)
                         rec.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12, t0=t0, t1=time.time())
+                        rec.update(clocks)
                     except Exception as e:  # a back end that refuses a shape is recorded, not fatal
                         rec.update(error=str(e).splitlines()[0][:200])
                     records.append(rec)

@@ -32,7 +32,7 @@ status=0
 
 note "== $(date -u +%FT%TZ) tileattn GPU check: stages: $STAGES"
 {
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit,enforced.power.limit,power.max_limit --format=csv
   nvcc --version | tail -2
   cmake --version | head -1
   g++ --version | head -1
