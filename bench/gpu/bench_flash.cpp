@@ -8,6 +8,7 @@
 //
 //   tileattn_gpu_bench [--dims 64,128,256] [--lengths 512,...,16384] [--iters 30] [--warmup 5]
 //                      [--json out.json] [--label tileattn] [--backward 0|1] [--deterministic 0|1]
+//                      [--cooldown-ms 0] [--sustain-ms 0]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <iomanip>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "clock_sampler.hpp"
@@ -69,6 +71,11 @@ int main(int argc, char** argv) {
   std::vector<int> dims = {64, 128, 256};
   std::vector<int> lengths = {512, 1024, 2048, 4096, 8192, 16384};
   int iters = 30, warmup = 5;
+  // The H200 caps its power at 700 W by lowering the SM clock, reacting to the recent average:
+  // back-to-back shapes run hotter and slower than shapes with idle gaps. --cooldown-ms idles the
+  // GPU before each shape (every shape starts from the same state); --sustain-ms runs the shape
+  // for that long before timing it (the clock it settles at under the cap).
+  int cooldown_ms = 0, sustain_ms = 0;
   std::string json_path, label = "tileattn";
   bool backward = false, deterministic = false;
   for (int a = 1; a + 1 < argc; a += 2) {
@@ -81,6 +88,10 @@ int main(int argc, char** argv) {
       iters = std::stoi(argv[a + 1]);
     else if (flag == "--warmup")
       warmup = std::stoi(argv[a + 1]);
+    else if (flag == "--cooldown-ms")
+      cooldown_ms = std::stoi(argv[a + 1]);
+    else if (flag == "--sustain-ms")
+      sustain_ms = std::stoi(argv[a + 1]);
     else if (flag == "--json")
       json_path = argv[a + 1];
     else if (flag == "--label")
@@ -168,8 +179,13 @@ int main(int argc, char** argv) {
           else
             tileattn::attention_forward(args, ctx);
         };
+        std::this_thread::sleep_for(std::chrono::milliseconds(cooldown_ms));
         const double t0 = epoch_seconds();  // wall clock, to match the check's clock log
         for (int w = 0; w < warmup; ++w) run();
+        while (epoch_seconds() - t0 < sustain_ms * 1e-3) {
+          for (int r = 0; r < 4; ++r) run();
+          check(cudaStreamSynchronize(stream), "sustain");
+        }
         clocks.start();
         for (int i = 0; i < iters; ++i) {
           check(cudaEventRecord(events[2 * i], stream), "cudaEventRecord");

@@ -16,9 +16,15 @@ from clock_sampler import ClockSampler
 TOKENS, CHANNELS = 16384, 2048
 
 
-def time_ms(fn, iters, warmup, sampler):
+def time_ms(fn, iters, warmup, sampler, cooldown_ms=0, sustain_ms=0):
+    time.sleep(cooldown_ms / 1000.0)  # as bench_flash.cpp: the same state before every shape
+    t0 = time.time()
     for _ in range(warmup):
         fn()
+    while time.time() - t0 < sustain_ms / 1000.0:
+        for _ in range(4):
+            fn()
+        torch.cuda.synchronize()
     sampler.start()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -38,6 +44,8 @@ def main():
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json", default="")
+    ap.add_argument("--cooldown-ms", type=int, default=0)
+    ap.add_argument("--sustain-ms", type=int, default=0)
     ap.add_argument("--backward", type=int, default=0)
     ap.add_argument("--backends", default="torch_fa2,torch_cudnn")
     args = ap.parse_args()
@@ -75,7 +83,8 @@ def main():
                                                                  retain_graph=True)
                             else:
                                 fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                            ms, clocks = time_ms(fn, args.iters, args.warmup, sampler)
+                            ms, clocks = time_ms(fn, args.iters, args.warmup, sampler,
+                                                 args.cooldown_ms, args.sustain_ms)
                         rec.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12, t0=t0, t1=time.time())
                         rec.update(clocks)
                     except Exception as e:  # a back end that refuses a shape is recorded, not fatal

@@ -12,7 +12,7 @@
 # Environment: OUT (results folder; default build-gpu/out), JOBS (default nproc), CTEST_REGEX
 # (unset: the GPU test binary only; "." adds every CTest suite), BENCH_DIMS, BENCH_LENGTHS,
 # BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper), BENCH_VARIANTS (see below),
-# BENCH_BWD_DIMS, BENCH_BWD_LENGTHS, AB_PATCH / AB_ROUNDS / AB_BACKWARD (stage ab). Writes few files under $OUT (the device tool's limit):
+# BENCH_COOLDOWN_MS, BENCH_SUSTAIN_MS, BENCH_BWD_DIMS, BENCH_BWD_LENGTHS, AB_PATCH / AB_ENV / AB_ROUNDS / AB_BACKWARD (stage ab). Writes few files under $OUT (the device tool's limit):
 # summary.txt, test.log, sanitizer.log, sass.txt, bench_tileattn.json, bench_tileattn_sm80.json,
 # bench_torch.json, bench.json, bench_bwd.json (build.log only when the build fails).
 set -uo pipefail
@@ -49,6 +49,13 @@ TZ=UTC nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clo
 MONITOR=$!
 : >/tmp/clock_marks.csv
 stage_mark() { echo "mark,$(date -u +%H:%M:%S),$1" >>/tmp/clock_marks.csv; }
+
+# Every benchmark (tileattn's and PyTorch's) idles the GPU BENCH_COOLDOWN_MS (default 500) before
+# each shape and, with BENCH_SUSTAIN_MS, runs it that long before timing: the H200 lowers its
+# clock under its 700 W cap depending on the recent power, so shapes must start from the same
+# state (docs/perf/gpu.md, session 9).
+TIMING=(--cooldown-ms "${BENCH_COOLDOWN_MS:-500}" --sustain-ms "${BENCH_SUSTAIN_MS:-0}")
+note "-- benchmark timing: ${TIMING[*]}"
 
 if has_stage build; then
   stage_mark build
@@ -170,11 +177,11 @@ if has_stage bench; then
   dims=${BENCH_DIMS:-64,128,256}
   lengths=${BENCH_LENGTHS:-512,1024,2048,4096,8192,16384}
   iters=${BENCH_ITERS:-30}
-  timeout 300 "$BUILD/bench/gpu/tileattn_gpu_bench" --dims "$dims" --lengths "$lengths" --iters "$iters" \
+  timeout 300 "$BUILD/bench/gpu/tileattn_gpu_bench" --dims "$dims" --lengths "$lengths" --iters "$iters" "${TIMING[@]}" \
     --json "$OUT/bench_tileattn.json" >>"$SUMMARY" 2>&1 || { note "-- tileattn bench failed"; status=1; }
   if [[ ${BENCH_SM80:-0} == 1 ]]; then  # the sm80 kernel on the same grid, for the record
     TILEATTN_CUDA_DISABLE_SM90=1 "$BUILD/bench/gpu/tileattn_gpu_bench" --dims "$dims" \
-      --lengths "$lengths" --iters "$iters" --label tileattn_sm80 \
+      --lengths "$lengths" --iters "$iters" "${TIMING[@]}" --label tileattn_sm80 \
       --json "$OUT/bench_tileattn_sm80.json" >/tmp/bench_sm80.log 2>&1 || note "-- sm80 bench failed"
   fi
   # BENCH_VARIANTS="name:VAR=value ...": the same grid under other settings (e.g.
@@ -183,12 +190,12 @@ if has_stage bench; then
   for variant in ${BENCH_VARIANTS:-}; do
     name=${variant%%:*} setting=${variant#*:}
     env "$setting" timeout 300 "$BUILD/bench/gpu/tileattn_gpu_bench" --dims "$dims" \
-      --lengths "$lengths" --iters "$iters" --label "tileattn_$name" \
+      --lengths "$lengths" --iters "$iters" "${TIMING[@]}" --label "tileattn_$name" \
       --json "/tmp/bench_variant_$name.json" >/tmp/bench_variant.log 2>&1 || note "-- variant $name failed"
     variant_files+=("/tmp/bench_variant_$name.json")
   done
   PYTHONUNBUFFERED=1 python3 bench/gpu/bench_torch.py --dims "$dims" --lengths "$lengths" \
-    --iters "$iters" --json "$OUT/bench_torch.json" >/tmp/bench_torch.log 2>&1 ||
+    --iters "$iters" "${TIMING[@]}" --json "$OUT/bench_torch.json" >/tmp/bench_torch.log 2>&1 ||
     { note "-- torch bench failed"; tail -5 /tmp/bench_torch.log | tee -a "$SUMMARY"; }
   head -1 /tmp/bench_torch.log | tee -a "$SUMMARY"
   python3 bench/gpu/compare.py "$OUT"/bench_tileattn*.json "${variant_files[@]}" "$OUT/bench_torch.json" \
@@ -200,18 +207,18 @@ if has_stage bench_bwd; then  # the backward: tileattn (sm80 kernel) vs PyTorch 
   lengths=${BENCH_BWD_LENGTHS:-1024,2048,4096,8192,16384}
   iters=${BENCH_ITERS:-30}
   timeout 300 "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$dims" --lengths "$lengths" \
-    --iters "$iters" --json /tmp/bench_bwd_tileattn.json >>"$SUMMARY" 2>&1 ||
+    --iters "$iters" "${TIMING[@]}" --json /tmp/bench_bwd_tileattn.json >>"$SUMMARY" 2>&1 ||
     { note "-- tileattn backward bench failed"; status=1; }
   PYTHONUNBUFFERED=1 timeout 300 python3 bench/gpu/bench_torch.py --backward 1 --dims "$dims" \
-    --lengths "$lengths" --iters "$iters" --json /tmp/bench_bwd_torch.json >/tmp/bench_bwd_torch.log 2>&1 ||
+    --lengths "$lengths" --iters "$iters" "${TIMING[@]}" --json /tmp/bench_bwd_torch.json >/tmp/bench_bwd_torch.log 2>&1 ||
     { note "-- torch backward bench failed"; tail -5 /tmp/bench_bwd_torch.log | tee -a "$SUMMARY"; }
   # The deterministic mode on the same grid (extra column tileattn_deterministic).
   timeout 300 "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --deterministic 1 --dims "$dims" \
-    --lengths "$lengths" --iters "$iters" --label tileattn_deterministic \
+    --lengths "$lengths" --iters "$iters" "${TIMING[@]}" --label tileattn_deterministic \
     --json /tmp/bench_bwd_det.json >/tmp/bench_bwd_det.log 2>&1 || note "-- deterministic bench failed"
   # The sm80 kernel on the same grid (extra column tileattn_sm80).
   TILEATTN_CUDA_DISABLE_SM90=1 timeout 300 "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 \
-    --dims "$dims" --lengths "$lengths" --iters "$iters" --label tileattn_sm80 \
+    --dims "$dims" --lengths "$lengths" --iters "$iters" "${TIMING[@]}" --label tileattn_sm80 \
     --json /tmp/bench_bwd_sm80.json >/tmp/bench_bwd_sm80.log 2>&1 || note "-- sm80 backward bench failed"
   note "-- backward (2.5x forward FLOPs):"
   python3 bench/gpu/compare.py /tmp/bench_bwd_tileattn.json /tmp/bench_bwd_det.json \
@@ -251,7 +258,7 @@ if has_stage ab; then
         [[ $side == base && -n ${AB_PATCH:-} ]] && bin=/tmp/ab-build/bench/gpu/tileattn_gpu_bench
         stage_mark "ab_${side}_$round"
         env "$setting" timeout 300 "$bin" --backward "${AB_BACKWARD:-0}" --dims "$dims" --lengths "$lengths" \
-          --iters "$iters" --label "tileattn_${side}_$round" --json "/tmp/ab_${side}_$round.json" >/tmp/ab.log 2>&1 ||
+          --iters "$iters" "${TIMING[@]}" --label "tileattn_${side}_$round" --json "/tmp/ab_${side}_$round.json" >/tmp/ab.log 2>&1 ||
           note "-- ab: $side round $round failed"
         ab_files+=("/tmp/ab_${side}_$round.json")
       done
