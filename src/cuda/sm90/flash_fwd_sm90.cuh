@@ -99,7 +99,7 @@ inline constexpr int kSm90ConsumerWarps = 8;  // two consumer warpgroups
 
 template <int kStages>
 struct Sm90Barriers {
-  std::uint64_t q_full, q_empty;
+  std::uint64_t q_full[2], q_empty[2];  // per Q buffer (cfg.q_stages of them used)
 
   std::uint64_t k_full[kStages], k_empty[kStages];
   std::uint64_t v_full[kStages], v_empty[kStages];
@@ -125,6 +125,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   constexpr Sm90TileConfig cfg = sm90_tile_config(kBucket);
   constexpr int kDim = cfg.head_dim, kBlockM = cfg.block_m, kBlockN = cfg.block_n;
   constexpr int kStages = cfg.stages, kConsumerWarps = cfg.consumer_warp_groups * 4;
+  constexpr int kQStages = cfg.q_stages;
+  static_assert(kQStages == 1 || kQStages == 2);
   constexpr int kNTiles = kBlockN / 8, kDTiles = kDim / 8, kColBlocks = kDim / 64;
   static_assert(kBlockM == 64 * cfg.consumer_warp_groups && kDim % 64 == 0 && kBlockN % 16 == 0);
   static_assert(kConsumerWarps == kSm90ConsumerWarps);
@@ -142,15 +144,15 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   const FlashFwdParams& p = params.base;
 
   extern __shared__ unsigned char smem_raw[];
-  T* const q_tile = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
-                                         ~static_cast<std::uintptr_t>(1023));
-  T* const k_tiles = q_tile + kBlockM * kDim;             // stages x (block_n, D)
+  T* const q_tiles = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
+                                          ~static_cast<std::uintptr_t>(1023));  // q_stages x (block_m, D)
+  T* const k_tiles = q_tiles + kQStages * kBlockM * kDim;  // stages x (block_n, D)
   T* const v_tiles = k_tiles + kStages * kBlockN * kDim;  // stages x (block_n, D)
   T* const o_stage = v_tiles + kStages * kBlockN * kDim;  // (block_m, D) if o_stage_bytes > 0
   constexpr int kBarsOffset =  // bytes from the aligned base to the barrier block
-      static_cast<int>((kBlockM * kDim + 2 * kStages * kBlockN * kDim) * sizeof(T)) +
+      static_cast<int>((kQStages * kBlockM * kDim + 2 * kStages * kBlockN * kDim) * sizeof(T)) +
       cfg.o_stage_bytes();
-  auto& bars = *reinterpret_cast<Sm90Barriers<kStages>*>(reinterpret_cast<char*>(q_tile) +
+  auto& bars = *reinterpret_cast<Sm90Barriers<kStages>*>(reinterpret_cast<char*>(q_tiles) +
                                                          kBarsOffset);
 
   // Key blocks [n_block_begin, n_block_begin + n_blocks) a tile visits.
@@ -173,8 +175,11 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   };
 
   if (threadIdx.x == 0) {
-    mbarrier_init(&bars.q_full, 1);
-    mbarrier_init(&bars.q_empty, kConsumerWarps);
+#pragma unroll
+    for (int s = 0; s < kQStages; ++s) {
+      mbarrier_init(&bars.q_full[s], 1);
+      mbarrier_init(&bars.q_empty[s], kConsumerWarps);
+    }
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&bars.k_full[s], 1);
@@ -204,8 +209,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     // Q is read by one CTA once; K and V by every query block of their heads.
     const std::uint64_t read_once = l2_evict_first();
     const std::uint64_t read_often = params.kv_evict_last ? l2_evict_last() : l2_evict_normal();
-    // Per tile: K_0 first (its ring slot is usually free already), then the tile index and Q
-    // once the consumers are done with the previous Q, then the rest of K and V.
+    // Per tile, with one Q buffer: K_0 first (its ring slot is usually free already), then the
+    // tile index and Q once the consumers are done with the previous Q, then the rest of K and
+    // V. With two Q buffers the buffer is free already (the consumers released it a tile ago):
+    // the tile index and Q go first, so Q arrives while the consumers finish the previous tile.
     int kv_it = 0, q_pass = 0;
     for (int tile = static_cast<int>(blockIdx.x);; ++q_pass) {
       const bool valid = tile < params.num_tiles;
@@ -232,9 +239,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
           tma_load_4d(dst + cb * kBlockN * 64, &params.v_map, &bars.v_full[slot], cb * 64,
                       (w.n_block_begin + i) * kBlockN, hk, b, read_often);
       };
+      const int q_slot = q_pass % kQStages;
       if (leader) {
-        if (n_blocks > 0) load_k(0);
-        mbarrier_wait(&bars.q_empty, (q_pass & 1) ^ 1);
+        if (kQStages == 1 && n_blocks > 0) load_k(0);
+        mbarrier_wait(&bars.q_empty[q_slot], ((q_pass / kQStages) & 1) ^ 1);
       }
       __syncwarp();
       if (q_pass > 0) named_barrier_sync(kTileEmptyBarrier, kTileEmptyThreads);
@@ -245,17 +253,19 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         named_barrier_arrive(kTileFullBarrier + c, kTileFullThreads);
       if (leader) {
         if (n_blocks > 0) {
-          mbarrier_arrive_expect_tx(&bars.q_full, cfg.q_tile_bytes());
+          mbarrier_arrive_expect_tx(&bars.q_full[q_slot], cfg.q_tile_bytes());
+          T* const q_dst = q_tiles + q_slot * kBlockM * kDim;
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb)
-            tma_load_4d(q_tile + cb * kBlockM * 64, &params.q_map, &bars.q_full, cb * 64,
+            tma_load_4d(q_dst + cb * kBlockM * 64, &params.q_map, &bars.q_full[q_slot], cb * 64,
                         w.coords.m0, w.coords.h, b, read_once);
         } else if (valid) {
-          mbarrier_arrive(&bars.q_full);  // a tile without key blocks: no Q to load
+          mbarrier_arrive(&bars.q_full[q_slot]);  // a tile without key blocks: no Q to load
         }
       }
       if (!valid) break;
       if (leader) {
+        if (kQStages > 1 && n_blocks > 0) load_k(0);
         for (int i = 0; i < n_blocks; ++i) {
           if (i + 1 < n_blocks) load_k(i + 1);
           load_v(i);
@@ -275,7 +285,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp_in_group = (static_cast<int>(threadIdx.x) / 32) % 4;
   const int g = lane / 4, t = lane % 4;
-  const T* q_group = q_tile + consumer * 64 * 64;
+  const T* q_group = q_tiles + consumer * 64 * 64;  // this warpgroup's rows of the current Q
 
   // Ping-pong: a warpgroup issues its GEMMs only in its turn and then hands the turn to the next
   // one (round robin), so one warpgroup's softmax runs while another's GEMMs occupy the tensor
@@ -295,6 +305,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   // out of the key loop as live 64-bit values, and at D = 256 ptxas spilled them inside the loop.
   // (At D <= 128 the hoisted descriptors fit, and the opaque add made the general kernel spill.)
   constexpr bool kOpaqueQDesc = kDim > 128;
+  static_assert(!kOpaqueQDesc || kQStages == 1, "q_desc0 is computed once, for one Q buffer");
   const std::uint64_t q_desc0 = sw128_desc(q_group, 16, 1024);
   auto issue_qk = [&](float (&s)[kNTiles][4], int slot) {
     const T* k_tile = k_tiles + slot * kBlockN * kDim;
@@ -350,9 +361,11 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     const int tile_index = bars.tile[q_pass & 1];
     if (tile_index < 0) break;
     named_barrier_arrive(kTileEmptyBarrier, kTileEmptyThreads);
-    mbarrier_wait(&bars.q_full, q_pass & 1);
+    const int q_slot = q_pass % kQStages;
+    mbarrier_wait(&bars.q_full[q_slot], (q_pass / kQStages) & 1);
+    if constexpr (kQStages > 1) q_group = q_tiles + q_slot * kBlockM * kDim + consumer * 64 * 64;
     const TileWork w = tile_work(tile_index);
-    if (w.n_blocks == 0) release(&bars.q_empty);
+    if (w.n_blocks == 0) release(&bars.q_empty[q_slot]);
     const TileCoords& tile = w.coords;
     const int h = tile.h, b = tile.b;
     const int warp_row0 = tile.m0 + consumer * 64 + warp_in_group * 16;
@@ -475,7 +488,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         wgmma_wait<0>();
         fence_operand(s);
         release(&bars.k_empty[slot]);
-        if (w.n_blocks == 1) release(&bars.q_empty);
+        if (w.n_blocks == 1) release(&bars.q_empty[q_slot]);
         softmax(s, w.n_block_begin, rescale);
         to_operand(s, pa);
       }
@@ -491,7 +504,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
         fence_operand(s);
         release(&bars.k_empty[slot]);
-        if (i == w.n_blocks - 1) release(&bars.q_empty);
+        if (i == w.n_blocks - 1) release(&bars.q_empty[q_slot]);
         softmax(s, w.n_block_begin + i, rescale);
         wgmma_wait<0>();
         fence_operand(acc_o);
