@@ -8,7 +8,7 @@
 //
 //   tileattn_gpu_bench [--dims 64,128,256] [--lengths 512,...,16384] [--iters 30] [--warmup 5]
 //                      [--json out.json] [--label tileattn] [--backward 0|1] [--deterministic 0|1]
-//                      [--cooldown-ms 0] [--sustain-ms 0]
+//                      [--cooldown-ms 500] [--sustain-ms 0]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   // back-to-back shapes run hotter and slower than shapes with idle gaps. --cooldown-ms idles the
   // GPU before each shape (every shape starts from the same state); --sustain-ms runs the shape
   // for that long before timing it (the clock it settles at under the cap).
-  int cooldown_ms = 0, sustain_ms = 0;
+  int cooldown_ms = 500, sustain_ms = 0;
   std::string json_path, label = "tileattn";
   bool backward = false, deterministic = false;
   for (int a = 1; a + 1 < argc; a += 2) {

@@ -44,7 +44,7 @@ def main():
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json", default="")
-    ap.add_argument("--cooldown-ms", type=int, default=0)
+    ap.add_argument("--cooldown-ms", type=int, default=500)
     ap.add_argument("--sustain-ms", type=int, default=0)
     ap.add_argument("--backward", type=int, default=0)
     ap.add_argument("--backends", default="torch_fa2,torch_cudnn")
