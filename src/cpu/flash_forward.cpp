@@ -34,6 +34,7 @@ struct Plan {
   std::int64_t k_head_elems;     // packed K of one (batch, kv head)
   std::int64_t v_head_elems;
   bool f16c;  // hardware f16 conversion (every level from avx2 up)
+  std::int64_t q_group;  // f32 family: rows per group of the packed Q tile (tile_config.hpp)
 };
 
 Plan make_plan(const AttnParams& p, CpuIsa isa) {
@@ -56,6 +57,8 @@ Plan make_plan(const AttnParams& p, CpuIsa isa) {
     default: plan.kernel = cpu_tile_kernel_portable(); break;
   }
   plan.f16c = isa != CpuIsa::portable;
+  const bool wide = isa == CpuIsa::amx_bf16 || isa == CpuIsa::avx512_bf16 || isa == CpuIsa::avx512;
+  plan.q_group = f32_q_group_rows(wide ? 16 : 8);  // the f32 kernel's vector width
   plan.config = cpu_tile_config(plan.family);
   plan.geometry = packed_geometry(plan.family, p.dim, p.dim_v);
   plan.blocks = (p.len_k + plan.config.block_k - 1) / plan.config.block_k;
@@ -221,11 +224,14 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
   const auto offset = [&](std::int64_t r) {
     return b * p.q_stride_b + (w.row_begin + r) * p.q_stride_l + h * p.q_stride_h;
   };
-  if (plan.family == KernelFamily::f32) {  // [D][block_q], written contiguously
+  if (plan.family == KernelFamily::f32) {  // groups of q_group rows, each [D][q_group]
     for (std::int64_t r = 0; r < rows; ++r)
       s.pack_rows[r] = row_as_f32(p.q, p.dtype, offset(r), D, s.pack_block.data() + r * D,
                                   plan.f16c);
-    transpose_rows(s.pack_rows.data(), rows, D, s.q_f32.data(), bq);
+    const std::int64_t group = plan.q_group;
+    for (std::int64_t r0 = 0; r0 < rows; r0 += group)
+      transpose_rows(s.pack_rows.data() + r0, std::min(group, rows - r0), D,
+                     s.q_f32.data() + r0 * D, group);
     return;
   }
   const auto* q = static_cast<const std::uint16_t*>(p.q);
@@ -254,6 +260,7 @@ void run_tile(const AttnParams& p, const Plan& plan, const void* k_packed, const
   job.dim_v_padded = plan.geometry.dim_v_padded;
   job.q = plan.family == KernelFamily::f32 ? static_cast<const void*>(s.q_f32.data())
                                            : static_cast<const void*>(s.q_bf16.data());
+  job.q_group = plan.q_group;
   job.k_packed = k_packed;
   job.v_packed = v_packed;
   row_ranges(p, plan.config.block_k, b, w.row_begin, w.row_end, s.key_first.data(),

@@ -25,16 +25,17 @@ constexpr std::int64_t kPanelV = cpu_tile_config().v_panel;
 // Register blocking: the S micro-tile is kQkRows x one K panel (kQkVecs vectors); the O
 // micro-tile is kPvRows x kPvVecs vectors.
 constexpr int kQkVecs = static_cast<int>(kPanelK) / kLanes;
-constexpr int kQkRows = kLanes == 16 ? 14 : 3;
+constexpr int kQkRows = static_cast<int>(f32_q_group_rows(kLanes));
 constexpr int kPvRows = 6;
 constexpr int kPvVecs = kLanes == 16 ? 4 : 2;
 static_assert(kPanelK % kLanes == 0 && kBlockK % kPanelK == 0, "K panels hold whole vectors");
 static_assert(kPanelV % (kPvVecs * kLanes) == 0, "V panels hold whole O micro-tiles");
 static_assert(cpu_tile_config().dv_align % kLanes == 0, "padded Dv must hold whole vectors");
 
-// scores[r][col0 .. col0 + kPanelK) = q[r] . k[col] for r < Rows. q is the transposed Q tile
-// ([dim][block_q]) offset to the first row, so that the Rows broadcasts of one d come from one
-// cache line; k_panel is one contiguous [dim][kPanelK] panel.
+// scores[r][col0 .. col0 + kPanelK) = q[r] . k[col] for r < Rows. q is one group of the Q tile
+// ([dim][kQkRows], tile_config.hpp), so that the Rows broadcasts of one d are adjacent and a
+// micro-tile streams through kQkRows * 4 bytes per d; k_panel is one contiguous [dim][kPanelK]
+// panel.
 template <int Rows>
 inline void qk_micro(const float* q, std::int64_t dim, const float* k_panel, std::int64_t col0,
                      float* scores) {
@@ -45,12 +46,12 @@ inline void qk_micro(const float* q, std::int64_t dim, const float* k_panel, std
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < kQkVecs; ++c) acc[r][c] = zero();
   const float* k = k_panel;
-  for (std::int64_t d = 0; d < dim; ++d, k += kPanelK, q += kBlockQ) {
+  for (std::int64_t d = 0; d < dim; ++d, k += kPanelK, q += kQkRows) {
     // Software prefetch 16 steps ahead (L1 cannot hold Q tile + K panel + scores at once):
     // +5-6% on the f32 forward (docs/perf/cpu.md).
     __builtin_prefetch(k + 16 * kPanelK);
     __builtin_prefetch(k + 16 * kPanelK + 16);
-    __builtin_prefetch(q + 16 * kBlockQ);
+    __builtin_prefetch(q + 16 * kQkRows);
     VecF kv[kQkVecs];
     for (int c = 0; c < kQkVecs; ++c) kv[c] = load(k + c * kLanes);
     for (int r = 0; r < Rows; ++r) {
@@ -63,15 +64,19 @@ inline void qk_micro(const float* q, std::int64_t dim, const float* k_panel, std
 }
 
 void scores_block(const TileJob& job, const float* k_block) {
+  // The driver packs Q for the micro-tile height it expects of this kernel (tile_config.hpp).
+  if (job.q_group != kQkRows) __builtin_trap();
   // Panels outermost: one contiguous K panel stays in L1 across the row chunks.
   for (std::int64_t col0 = 0; col0 < kBlockK; col0 += kPanelK) {
     const float* panel = k_block + col0 * job.dim;
     std::int64_t r0 = 0;
     for (; r0 + kQkRows <= job.rows; r0 += kQkRows)
-      qk_micro<kQkRows>(static_cast<const float*>(job.q) + r0, job.dim, panel, col0, job.scores + r0 * kBlockK);
+      qk_micro<kQkRows>(static_cast<const float*>(job.q) + r0 * job.dim, job.dim, panel, col0,
+                        job.scores + r0 * kBlockK);
     if (r0 < job.rows)
       with_rows<kQkRows - 1>(job.rows - r0, [&]<int R>() {
-        qk_micro<R>(static_cast<const float*>(job.q) + r0, job.dim, panel, col0, job.scores + r0 * kBlockK);
+        qk_micro<R>(static_cast<const float*>(job.q) + r0 * job.dim, job.dim, panel, col0,
+                    job.scores + r0 * kBlockK);
       });
   }
 }

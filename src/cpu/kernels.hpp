@@ -21,9 +21,11 @@ struct TileJob {
   std::int64_t dim_padded;    // D rounded up (packed K and Q tile)
   std::int64_t dim_v_padded;  // Dv rounded up (packed V row length and out row length)
 
-  // Layouts per kernel family (tile_config.hpp): f32 [dim][block_q] transposed; amx
+  // Layouts per kernel family (tile_config.hpp): f32 groups of f32_q_group_rows rows, each
+  // [dim][group] (transposed); amx
   // [block_q][dim_padded] bf16 with rows beyond `rows` zero; bf16_dot [dim_padded/2][block_q][2].
   const void* q;
+  std::int64_t q_group;  // f32: rows per Q group, which must be the kernel's Q·Kᵀ micro-tile rows
   // Packed K and V of the (batch, kv head), block after block, zero beyond Lk, D and Dv.
   const void* k_packed;
   const void* v_packed;

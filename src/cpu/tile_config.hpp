@@ -10,7 +10,8 @@ constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m 
 
 // The two kernel families and their packed layouts.
 //   f32: K transposed into panels of [D][k_panel] f32, V into panels of [block_k][v_panel] f32,
-//        the Q tile transposed ([D][block_q] f32). Any storage dtype (converted when packing).
+//        the Q tile transposed in groups of f32_q_group_rows rows ([block_q / group][D][group]
+//        f32). Any storage dtype (converted when packing).
 //   amx: bf16 storage only. K as [D/2][block_k][2] and V as [block_k/2][Dv][2] bf16 (the VNNI
 //        pair layout of AMX's B operand), the Q tile as [block_q][D] bf16; D and Dv padded to 32.
 //   bf16_dot: bf16 storage only, for the AVX-512 bf16 dot product (vdpbf16ps). K and V packed as
@@ -34,6 +35,15 @@ constexpr CpuTileConfig cpu_tile_config(KernelFamily family = KernelFamily::f32)
   if (family == KernelFamily::bf16_dot) return {48, 64, 2, 16, 0, 0, 16ll << 20};
   return {42, 64, 1, 16, 32, 64, 16ll << 20};
 }
+
+// f32 family: rows per Q group = rows of the Q·Kᵀ micro-tile for vectors of `lanes` floats. A
+// micro-tile's broadcasts then come from group·4 contiguous bytes per d (the whole group is
+// group·D·4 bytes) instead of one cache line per d spread over the whole Q tile: with 32 KiB of
+// L1 (Zen 3) the [D][block_q] tile and a K panel did not fit together.
+constexpr std::int64_t f32_q_group_rows(int lanes) { return lanes == 16 ? 14 : 3; }
+static_assert(cpu_tile_config().block_q % f32_q_group_rows(16) == 0 &&
+                  cpu_tile_config().block_q % f32_q_group_rows(8) == 0,
+              "the Q tile holds whole groups");
 
 // The CPU flash backward (f32 kernels for every storage dtype): query tiles of block_q rows
 // against key blocks of block_k keys; the driver packs the Q side (Q, dO, lse, delta) and the
