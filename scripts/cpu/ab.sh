@@ -3,6 +3,8 @@
 # see the same load, and the best and the median GFLOP/s of each are printed.
 #   scripts/cpu/ab.sh A_BINARY B_BINARY [ROUNDS] [-- bench options]
 # Default shape: single thread, B=1, H=4, L=2048, D=128, f32 (the per-core kernel rate).
+# AB_METRIC picks the figure from the bench JSON (default flash_gflops; with --backward in the
+# bench options, backward_gflops).
 set -euo pipefail
 a=$1 b=$2 rounds=8
 shift 2
@@ -11,7 +13,7 @@ if [ $# -gt 0 ] && [ "$1" = "--" ]; then shift; fi
 opts=("$@")
 [ ${#opts[@]} -eq 0 ] && opts=(--batch 1 --heads 4 --lq 2048 --dim 128 --threads 1)
 run() { "$1" bench "${opts[@]}" --no-baseline --peak-seconds 0 --iters 3 --warmup 1 --json |
-        python3 -c 'import json,sys; print(json.load(sys.stdin)["flash_gflops"])'; }
+        python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "${AB_METRIC:-flash_gflops}"; }
 fa=() fb=()
 for ((i = 0; i < rounds; ++i)); do fa+=("$(run "$a")"); fb+=("$(run "$b")"); done
 python3 - "${fa[*]}" "${fb[*]}" <<'PY'

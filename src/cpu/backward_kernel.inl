@@ -29,7 +29,7 @@ static_assert(cpu_backward_config().d_align % kLanes == 0, "padded rows hold who
 
 // Register blocking (Rows x Vecs accumulators): S and dP in 32-key panels so that one panel of
 // K^T or V^T stays in L1 next to the Q^T tile; the three gradient products in 6-row chunks.
-constexpr int kScoreRows = kLanes == 16 ? 12 : 3, kScoreVecs = 2;
+constexpr int kScoreRows = static_cast<int>(f32_bwd_group_rows(kLanes)), kScoreVecs = 2;
 constexpr int kGradRows = 6, kGradVecs = kLanes == 16 ? 4 : 2;
 
 template <int Rows, int Vecs, std::int64_t StrideM, bool Accumulate>
@@ -70,24 +70,29 @@ inline void product_micro(const float* a, std::int64_t lda, const float* b, std:
 
 // The product over m < M and columns [n0, N) (N a multiple of kLanes): panels of Vecs vectors
 // outermost, so that one panel of b stays in L1 across the row chunks; narrower panels for the
-// remainder.
-template <int Rows, int Vecs, std::int64_t StrideM>
+// remainder. Grouped: a holds groups of Rows rows, each [depth][Rows] (A(m, k) =
+// a[(m / Rows) * Rows * depth + k * Rows + m % Rows], lda = Rows, StrideM = 1).
+template <int Rows, int Vecs, std::int64_t StrideM, bool Grouped = false>
 void product(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
              std::int64_t depth, float* c, std::int64_t ldc, std::int64_t M, std::int64_t N,
              bool accumulate, std::int64_t n0 = 0) {
+  static_assert(!Grouped || StrideM == 1);
+  const auto rows_at = [&](std::int64_t m0) { return a + m0 * (Grouped ? depth : StrideM); };
   for (; n0 + Vecs * kLanes <= N; n0 += Vecs * kLanes) {
     std::int64_t m0 = 0;
     for (; m0 + Rows <= M; m0 += Rows)
-      product_micro<Rows, Vecs, StrideM>(a + m0 * StrideM, lda, b + n0, ldb, depth,
+      product_micro<Rows, Vecs, StrideM>(rows_at(m0), lda, b + n0, ldb, depth,
                                          c + m0 * ldc + n0, ldc, accumulate);
     if (m0 < M)
       with_rows<Rows - 1>(M - m0, [&]<int R>() {
-        product_micro<R, Vecs, StrideM>(a + m0 * StrideM, lda, b + n0, ldb, depth,
+        product_micro<R, Vecs, StrideM>(rows_at(m0), lda, b + n0, ldb, depth,
                                         c + m0 * ldc + n0, ldc, accumulate);
       });
   }
   if constexpr (Vecs > 1)
-    if (n0 < N) product<Rows, Vecs / 2, StrideM>(a, lda, b, ldb, depth, c, ldc, M, N, accumulate, n0);
+    if (n0 < N)
+      product<Rows, Vecs / 2, StrideM, Grouped>(a, lda, b, ldb, depth, c, ldc, M, N, accumulate,
+                                                n0);
 }
 
 // Turns the raw dot products in step.probs into the forward's probabilities P (before dropout),
@@ -150,10 +155,11 @@ void score_gradients(const BackwardStep& step) {
 void backward_step(const BackwardStep& step) {
   const std::int64_t rows = step.rows, dp = step.dim_padded, dvp = step.dim_v_padded;
   // S = Q K^T and dO V^T, [rows][block_k].
-  product<kScoreRows, kScoreVecs, 1>(step.q_t, kBlockQ, step.k_t, kBlockK, step.dim, step.probs,
-                                     kBlockK, rows, kBlockK, false);
-  product<kScoreRows, kScoreVecs, 1>(step.dout_t, kBlockQ, step.v_t, kBlockK, step.dim_v,
-                                     step.dprobs, kBlockK, rows, kBlockK, false);
+  if (step.q_group != kScoreRows) __builtin_trap();  // the driver's packing (tile_config.hpp)
+  product<kScoreRows, kScoreVecs, 1, true>(step.q_t, kScoreRows, step.k_t, kBlockK, step.dim,
+                                           step.probs, kBlockK, rows, kBlockK, false);
+  product<kScoreRows, kScoreVecs, 1, true>(step.dout_t, kScoreRows, step.v_t, kBlockK, step.dim_v,
+                                           step.dprobs, kBlockK, rows, kBlockK, false);
   probabilities(step);
   score_gradients(step);
   if (step.dk != nullptr) {

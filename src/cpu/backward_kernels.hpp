@@ -16,9 +16,12 @@ struct BackwardStep {
   std::int64_t dim, dim_v;              // D, Dv
   std::int64_t dim_padded, dim_v_padded;  // rounded up to whole vectors
 
-  const float* q_t;       // [dim][block_q]        Q tile transposed
+  // Q and dO transposed in groups of q_group rows (f32_bwd_group_rows in tile_config.hpp):
+  // element (r, d) of Q at q_t[(r / q_group) * q_group * dim + d * q_group + r % q_group].
+  std::int64_t q_group;   // must be the kernel's S / dP micro-tile rows
+  const float* q_t;       // [block_q / q_group][dim][q_group]
   const float* q_rows;    // [block_q][dim_padded]
-  const float* dout_t;    // [dim_v][block_q]      dO tile transposed
+  const float* dout_t;    // [block_q / q_group][dim_v][q_group]
   const float* dout_rows; // [block_q][dim_v_padded]
   const float* lse_log2;  // [rows] lse * log2(e); +inf for a fully masked row
   const float* delta;     // [rows] rowsum(dO o O)

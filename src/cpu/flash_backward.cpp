@@ -74,9 +74,9 @@ struct QTile {
 };
 QTile q_tile_at(const Layout& g, float* base) {
   QTile t;
-  t.q_t = base;                                // [D][block_q]
+  t.q_t = base;                                // [block_q / group][D][group]
   t.q_rows = t.q_t + g.D * kBlockQ;            // [block_q][Dp]
-  t.dout_t = t.q_rows + kBlockQ * g.Dp;        // [Dv][block_q]
+  t.dout_t = t.q_rows + kBlockQ * g.Dp;        // [block_q / group][Dv][group]
   t.dout_rows = t.dout_t + g.Dv * kBlockQ;     // [block_q][Dvp]
   t.lse_log2 = t.dout_rows + kBlockQ * g.Dvp;  // [block_q]
   t.delta = t.lse_log2 + kBlockQ;              // [block_q]
@@ -142,6 +142,8 @@ class Backward {
         g_(p),
         kernel_(backward_kernel(isa)),
         f16c_(isa != CpuIsa::portable),
+        q_group_(f32_bwd_group_rows(
+            isa == CpuIsa::amx_bf16 || isa == CpuIsa::avx512_bf16 || isa == CpuIsa::avx512 ? 16 : 8)),
         threads_(resolve_threads(threads)) {
     const std::int64_t pairs = p.batch * p.heads_kv;
     const std::int64_t pair_bytes = std::max<std::int64_t>(1, g_.pair_floats * 4);
@@ -318,8 +320,12 @@ class Backward {
         const float lse = p_.lse[b * p_.lse_stride_b + h * p_.lse_stride_h + i * p_.lse_stride_l];
         if (lse != -std::numeric_limits<float>::infinity()) t.lse_log2[r] = lse * kLog2e;
       }
-      for (std::int64_t d = 0; d < D; ++d) t.q_t[d * kBlockQ + r] = q_row[d];
-      for (std::int64_t d = 0; d < Dv; ++d) t.dout_t[d * kBlockQ + r] = do_row[d];
+      // Groups of q_group_ rows, each transposed (tile_config.hpp: f32_bwd_group_rows).
+      const std::int64_t group0 = r / q_group_ * q_group_, in_group = r % q_group_;
+      float* q_t = t.q_t + group0 * D + in_group;
+      float* dout_t = t.dout_t + group0 * Dv + in_group;
+      for (std::int64_t d = 0; d < D; ++d) q_t[d * q_group_] = q_row[d];
+      for (std::int64_t d = 0; d < Dv; ++d) dout_t[d * q_group_] = do_row[d];
     }
   }
 
@@ -358,6 +364,7 @@ class Backward {
     BackwardStep step{};
     step.rows = tile_rows(tile);
     step.dim = g_.D, step.dim_v = g_.Dv, step.dim_padded = g_.Dp, step.dim_v_padded = g_.Dvp;
+    step.q_group = q_group_;
     step.q_t = t.q_t, step.q_rows = t.q_rows, step.dout_t = t.dout_t;
     step.dout_rows = t.dout_rows, step.lse_log2 = t.lse_log2, step.delta = t.delta;
     step.k_t = k.k_t, step.k_rows = k.k_rows, step.v_t = k.v_t;
@@ -435,6 +442,7 @@ class Backward {
   const Layout g_;
   const BackwardKernel kernel_;
   const bool f16c_;
+  const std::int64_t q_group_;  // rows per group of the transposed Q / dO tiles
   const int threads_;
   std::int64_t pairs_per_phase_ = 1;
   AlignedVector<float> packed_;

@@ -56,6 +56,13 @@ struct CpuBackwardConfig {
 
 constexpr CpuBackwardConfig cpu_backward_config() { return {48, 64, 16, 32ll << 20}; }
 
+// The backward's transposed Q and dO tiles are packed in groups of the S / dP micro-tile's rows
+// (each [D][rows]), for the same reason as f32_q_group_rows.
+constexpr std::int64_t f32_bwd_group_rows(int lanes) { return lanes == 16 ? 12 : 3; }
+static_assert(cpu_backward_config().block_q % f32_bwd_group_rows(16) == 0 &&
+                  cpu_backward_config().block_q % f32_bwd_group_rows(8) == 0,
+              "the backward's Q tile holds whole groups");
+
 // Sizes of the packed buffers, in elements of the family's packed type (f32 or bf16).
 struct PackedGeometry {
   std::int64_t dim_padded, dim_v_padded;
