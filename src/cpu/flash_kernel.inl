@@ -93,7 +93,9 @@ inline void pv_micro(const float* p, const float* v_panel, std::int64_t width, s
   }
   const float* v = v_panel;
   for (std::int64_t k = 0; k < kBlockK; ++k, v += width) {
-    for (int c = 0; c < Vecs; ++c) __builtin_prefetch(v + 16 * width + c * kLanes);
+    // One prefetch per 64-byte line of the row's columns (V rows are 64-byte aligned).
+    constexpr int kVecsPerLine = 16 / kLanes > 0 ? 16 / kLanes : 1;
+    for (int c = 0; c < Vecs; c += kVecsPerLine) __builtin_prefetch(v + 16 * width + c * kLanes);
     VecF vk[Vecs];
     for (int c = 0; c < Vecs; ++c) vk[c] = load(v + c * kLanes);
     for (int r = 0; r < Rows; ++r) {
