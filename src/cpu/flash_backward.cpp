@@ -142,8 +142,7 @@ class Backward {
         g_(p),
         kernel_(backward_kernel(isa)),
         f16c_(isa != CpuIsa::portable),
-        q_group_(f32_bwd_group_rows(
-            isa == CpuIsa::amx_bf16 || isa == CpuIsa::avx512_bf16 || isa == CpuIsa::avx512 ? 16 : 8)),
+        q_group_(f32_bwd_group_rows(f32_kernel_lanes(isa))),
         threads_(resolve_threads(threads)) {
     const std::int64_t pairs = p.batch * p.heads_kv;
     const std::int64_t pair_bytes = std::max<std::int64_t>(1, g_.pair_floats * 4);

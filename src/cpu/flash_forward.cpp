@@ -57,8 +57,7 @@ Plan make_plan(const AttnParams& p, CpuIsa isa) {
     default: plan.kernel = cpu_tile_kernel_portable(); break;
   }
   plan.f16c = isa != CpuIsa::portable;
-  const bool wide = isa == CpuIsa::amx_bf16 || isa == CpuIsa::avx512_bf16 || isa == CpuIsa::avx512;
-  plan.q_group = f32_q_group_rows(wide ? 16 : 8);  // the f32 kernel's vector width
+  plan.q_group = f32_q_group_rows(f32_kernel_lanes(isa));
   plan.config = cpu_tile_config(plan.family);
   plan.geometry = packed_geometry(plan.family, p.dim, p.dim_v);
   plan.blocks = (p.len_k + plan.config.block_k - 1) / plan.config.block_k;

@@ -58,6 +58,10 @@ CpuIsa detect_cpu_isa() noexcept {
   return CpuIsa::portable;
 }
 
+int f32_kernel_lanes(CpuIsa isa) noexcept {
+  return isa == CpuIsa::amx_bf16 || isa == CpuIsa::avx512_bf16 || isa == CpuIsa::avx512 ? 16 : 8;
+}
+
 CpuIsa select_cpu_isa(CpuIsa cap) noexcept {
   const CpuIsa best = detect_cpu_isa();
   if (cap == CpuIsa::best) return best;
