@@ -4,11 +4,9 @@
 clocks.csv lines: "timestamp, sm MHz, power W, temperature C, throttle bitmask" from nvidia-smi
 (TZ=UTC), and "mark,HH:MM:SS,stage" lines the check writes when a stage starts. Prints, per
 stage, the median and minimum SM clock, the peak power and temperature and the throttle reasons
-seen; with bench JSON files (records with t0 / t1 epoch seconds), also per shape the median SM
-clock of the samples inside [t0, t1] (the nearest sample when none falls inside).
+seen. (Per shape, the benchmarks sample the clock themselves: bench/gpu/clock_sampler.*.)
 """
 import calendar
-import json
 import statistics
 import sys
 import time
@@ -66,22 +64,6 @@ def main():
         rows = [r for r in samples if start <= r[0] < end and r[1] > 0]
         if rows and (name.startswith("ab_") or name in ("bench", "bench_bwd", "test", "sanitize")):
             print(f"   {name:10s} {describe(rows)}")
-    for path in sys.argv[2:]:
-        try:
-            records = json.load(open(path))
-        except (OSError, ValueError):
-            continue
-        for rec in records:
-            if "t0" not in rec:
-                continue
-            inside = [r for r in samples if rec["t0"] <= r[0] <= rec["t1"]]
-            if not inside:
-                inside = [min(samples, key=lambda r: abs(r[0] - (rec["t0"] + rec["t1"]) / 2))]
-            clock = statistics.median(r[1] for r in inside)
-            power = max(r[2] for r in inside)
-            print(f"   {rec['impl']:16s} D {rec['D']:3d} causal {int(rec['causal'])} L {rec['L']:5d} "
-                  f"{rec.get('tflops', 0):6.1f} TFLOP/s  SM {clock:4.0f} MHz  {power:4.0f} W  "
-                  f"({len(inside)} samples) {reasons(max((r[4] for r in inside), default=0))}")
 
 
 if __name__ == "__main__":
