@@ -229,35 +229,47 @@ if has_stage ab; then
   # A/B in one call: AB_PATCH (a diff of the working tree against the baseline, e.g. written by
   # `git diff HEAD~1 > .gpu-deps/ab.patch` and carried) is reverse-applied to a copy of the tree,
   # which is built too; the two forward (or AB_BACKWARD=1 backward) benches then run alternately
-  # AB_ROUNDS times on BENCH_DIMS x BENCH_LENGTHS, each round a pair of columns.
+  # AB_ROUNDS times on BENCH_DIMS x BENCH_LENGTHS, each round a column per side.
+  # AB_PATCH="p1 p2 ..." (tree = baseline + p1 + p2 + ...): one side per prefix, i.e. the
+  # baseline, baseline + p1, ..., and the tree itself ("new"); sides are named base, v1, v2, ...
   # AB_ENV="VAR=value" instead of AB_PATCH: the baseline is the same binary run under that
   # setting (e.g. TILEATTN_SM90_KV_EVICT_LAST=0).
   start=$(date +%s)
-  base=/tmp/ab-base
-  rm -rf "$base" /tmp/ab_*.json && mkdir -p "$base"
+  rm -rf /tmp/ab-side-* /tmp/ab_*.json
   base_env=${AB_ENV:-TILEATTN_AB_SIDE=base} ab_ok=1
-  if [[ -n ${AB_ENV:-} && -z ${AB_PATCH:-} ]]; then
+  read -r -a patches <<<"${AB_PATCH:-}"
+  sides=(new) bins=("$BUILD/bench/gpu/tileattn_gpu_bench")
+  if [[ -n ${AB_ENV:-} && ${#patches[@]} == 0 ]]; then
     note "-- ab: baseline = the same binary under $AB_ENV"
-  elif tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C "$base" &&
-      (cd "$base" && patch -R -p1 -s <"$ROOT/$AB_PATCH"); then
-    cmake -S "$base" -B /tmp/ab-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES="80;90a-real" -DTILEATTN_BUILD_TOOLS=OFF -DTILEATTN_BUILD_TESTS=OFF -DTILEATTN_BUILD_BENCHMARKS=OFF \
-      >/tmp/ab-build.log 2>&1 && cmake --build /tmp/ab-build -j "$JOBS" --target tileattn_gpu_bench >>/tmp/ab-build.log 2>&1 ||
-      { note "-- ab: baseline build failed"; tail -20 /tmp/ab-build.log | tee -a "$SUMMARY"; status=1 ab_ok=0; }
-    note "-- ab: baseline built in $(($(date +%s) - start)) s"
-  else
-    note "-- ab: $AB_PATCH does not reverse-apply"; status=1 ab_ok=0
+    sides+=(base) bins+=("${bins[0]}")
   fi
+  # Side k (k = number of patches kept): the tree with the patches after the k-th reverse-applied.
+  for ((k = ${#patches[@]} - 1; k >= 0 && ab_ok == 1; k--)); do
+    src=/tmp/ab-side-$k
+    mkdir -p "$src"
+    if tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C "$src" &&
+        (cd "$src" && for ((j = ${#patches[@]} - 1; j >= k; j--)); do
+          patch -R -p1 -s <"$ROOT/${patches[j]}" || exit 1; done); then
+      cmake -S "$src" -B "$src-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES="80;90a-real" -DTILEATTN_BUILD_TOOLS=OFF -DTILEATTN_BUILD_TESTS=OFF -DTILEATTN_BUILD_BENCHMARKS=OFF \
+        >/tmp/ab-build.log 2>&1 && cmake --build "$src-build" -j "$JOBS" --target tileattn_gpu_bench >>/tmp/ab-build.log 2>&1 ||
+        { note "-- ab: side $k build failed"; tail -20 /tmp/ab-build.log | tee -a "$SUMMARY"; status=1 ab_ok=0; }
+      name=$([[ $k == 0 ]] && echo base || echo "v$k")
+      sides+=("$name") bins+=("$src-build/bench/gpu/tileattn_gpu_bench")
+      note "-- ab: side $name built ($(($(date +%s) - start)) s)"
+    else
+      note "-- ab: the patches do not reverse-apply (side $k)"; status=1 ab_ok=0
+    fi
+  done
   if [[ $ab_ok == 1 ]]; then
     dims=${BENCH_DIMS:-64,128,256} lengths=${BENCH_LENGTHS:-1024,2048,4096,8192,16384}
     iters=${BENCH_ITERS:-20} ab_files=()
     for round in $(seq "${AB_ROUNDS:-2}"); do
-      for side in new base; do
-        bin=$BUILD/bench/gpu/tileattn_gpu_bench setting=TILEATTN_AB_SIDE=new
-        [[ $side == base && -z ${AB_PATCH:-} ]] && setting=$base_env
-        [[ $side == base && -n ${AB_PATCH:-} ]] && bin=/tmp/ab-build/bench/gpu/tileattn_gpu_bench
+      for ((i = 0; i < ${#sides[@]}; i++)); do
+        side=${sides[i]} setting=TILEATTN_AB_SIDE=${sides[i]}
+        [[ $side == base && ${#patches[@]} == 0 ]] && setting=$base_env
         stage_mark "ab_${side}_$round"
-        env "$setting" timeout 300 "$bin" --backward "${AB_BACKWARD:-0}" --dims "$dims" --lengths "$lengths" \
+        env "$setting" timeout 300 "${bins[i]}" --backward "${AB_BACKWARD:-0}" --dims "$dims" --lengths "$lengths" \
           --iters "$iters" "${TIMING[@]}" --label "tileattn_${side}_$round" --json "/tmp/ab_${side}_$round.json" >/tmp/ab.log 2>&1 ||
           note "-- ab: $side round $round failed"
         ab_files+=("/tmp/ab_${side}_$round.json")

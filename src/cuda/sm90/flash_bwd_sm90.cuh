@@ -21,6 +21,9 @@
 //               dQ   = dS K for half of the head dim's columns each (wgmma, dS^T and K read
 //                      transposed), written to shared memory in fragment order
 //                      (cuda/common/dq_layout.cuh).
+//             At D 128 dK is issued after dQ and left in flight into the next step (kCarryDk).
+//             The consumer warpgroup index comes from a shuffle, so that the descriptors of
+//             its K / V rows are warp-uniform values (uniform registers, no spills).
 //   dQ warp   (warp 1 of the producer warpgroup) per step adds the two dQ sub-tiles to the f32
 //             workspace with one bulk reduction each (cp.reduce.async.bulk .add.f32): the
 //             consumers issue no global atomics. (With red.global.add.v4 from the consumers,
@@ -81,6 +84,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   constexpr int kQTiles = kBlockM / 8;  // n8 tiles of S^T / dP^T (query columns)
   constexpr int kDTiles = kDim / 8;     // n8 tiles of dK / dV
   constexpr int kDqCols = kDim / 2;     // dQ columns per consumer warpgroup
+  constexpr bool kCarryDk = kDim > 64;  // dK stays in flight into the next step (see below)
   static_assert(kBlockM == 64 && kBlockN == 128 && kDim % 64 == 0, "tile shapes");
   static_assert(cfg.producer_registers * 128 + cfg.consumer_registers * 256 <= 65536,
                 "register budget");
@@ -124,7 +128,11 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   }
   __syncthreads();
 
-  const int warp_group = static_cast<int>(threadIdx.x) / 128;
+  // Warp-uniform by construction (a shuffle from lane 0), so that everything derived from it (the
+  // consumer's K / V rows, hence the wgmma descriptors) can live in uniform registers: computed
+  // from threadIdx.x directly, ptxas kept the loop-invariant descriptors in ordinary registers
+  // and spilled them (ncu: the reloads at the top of each step took ~7% of the stall samples).
+  const int warp_group = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   if (warp_group == 0) {  // ---------------------------------------------------- producer
     setmaxnreg_dec<cfg.producer_registers>();
     if (threadIdx.x >= 64 || n_iters == 0) return;
@@ -226,8 +234,9 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     for (int e = 0; e < 4; ++e) acc_dk[dt][e] = acc_dv[dt][e] = 0.0f;
 
   if (n_iters > 0) mbarrier_wait(&bars.kv_full, 0);
+  int m0 = m_begin * kBlockM;  // this step's first query row (step_m0, without the division)
   for (int it = 0; it < n_iters; ++it) {
-    const int slot = it % kStages, h = step_head(it), m0 = step_m0(it);
+    const int slot = it % kStages;
     const T* q_s = q_tiles + slot * kBlockM * kDim;
     const T* do_s = do_tiles + slot * kBlockM * kDim;
     // This step's lse * log2(e) and delta rows (from the prepare kernel's workspace).
@@ -266,6 +275,10 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     }
     wgmma_wait<1>();
     fence_operand(s);
+    // kCarryDk: the step before's dK and dV have retired too: nothing of its slot is read any
+    // more, and the producer may refill it.
+    if (kCarryDk && it > 0 && it - 1 + kStages < n_iters)
+      named_barrier_arrive(kStepEmptyBarrier + (it - 1) % kStages, kStepBarrierThreads);
 
     // P^T = 2^(S^T scale log2e - lse); keys a row does not see, and rows without keys, give 0.
     const int last_row = min(m0 + kBlockM, p.len_q) - 1;
@@ -329,17 +342,29 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       }
     }
 
-    // dK += dS^T Q (rows of Q are the k index).
-    fence_operand(acc_dk);
-    if constexpr (!kEarlyDv) fence_operand(acc_dv);
-    wgmma_fence();
-    if constexpr (!kEarlyDv) issue_dv();
+    // dQ (64 queries x kDqCols) = dS K once both warpgroups' dS^T rows are in shared memory,
+    // and dK += dS^T Q (rows of Q are the k index; at D 64 with dV).
+    //   kCarryDk (D 128): dQ first, then dK, and only dQ is waited for in this step: dK runs on
+    //     under the dQ hand-over and the next step's first instructions and retires with the
+    //     next step's S^T (groups complete in order), which then releases this step's slot.
+    //     (Only accumulators read after the loop may stay in flight across the back edge: an
+    //     accumulator read inside the loop with a wgmma carried over makes ptxas serialise every
+    //     wgmma of the kernel.) A/B: D 128 +1.5-2.5%, D 64 -1-2%.
+    //   otherwise: dK (and dV) before the dS barrier, so that they run while it waits, then dQ,
+    //     and the step ends with everything retired.
+    const auto issue_dk = [&] {
+      if constexpr (!kEarlyDv) issue_dv();
 #pragma unroll
-    for (int ks = 0; ks < kBlockM / 16; ++ks)
-      wgmma_rs<T, kDim>(acc_dk, da[ks], sw128_desc(q_s + ks * 16 * 64, kBlockM * 128, 1024));
-    wgmma_commit();
-
-    // dQ (64 queries x kDqCols) = dS K once both warpgroups' dS^T rows are in shared memory.
+      for (int ks = 0; ks < kBlockM / 16; ++ks)
+        wgmma_rs<T, kDim>(acc_dk, da[ks], sw128_desc(q_s + ks * 16 * 64, kBlockM * 128, 1024));
+      wgmma_commit();
+    };
+    if constexpr (!kCarryDk) {
+      fence_operand(acc_dk);
+      if constexpr (!kEarlyDv) fence_operand(acc_dv);
+      wgmma_fence();
+      issue_dk();
+    }
     fence_proxy_async_shared();
     named_barrier_sync(kDsReadyBarrier, 256);
     float acc_dq[kDqCols / 8][4];
@@ -349,12 +374,18 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       wgmma_ss_tt<T, kDqCols>(acc_dq, sw128_desc(ds_s + ks * 16 * 64, kBlockN * 128, 1024),
                               sw128_desc(k_dq_cols + ks * 16 * 64, kBlockN * 128, 1024), ks > 0);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_operand(acc_dv);
-    fence_operand(acc_dk);
+    if constexpr (kCarryDk) {
+      issue_dk();
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+      fence_operand(acc_dv);
+      fence_operand(acc_dk);
+      // Nothing of this slot is read any more: the producer may refill it.
+      if (it + kStages < n_iters)
+        named_barrier_arrive(kStepEmptyBarrier + slot, kStepBarrierThreads);
+    }
     fence_operand(acc_dq);
-    // Nothing of this slot is read any more: the producer may refill it.
-    if (it + kStages < n_iters) named_barrier_arrive(kStepEmptyBarrier + slot, kStepBarrierThreads);
 
     // This warpgroup's dQ sub-tile -> shared memory in fragment order (dq_layout.cuh), then the
     // dQ warp adds it to the workspace with one bulk reduction.
@@ -367,7 +398,11 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
                       acc_dq[nt][3]);
     fence_proxy_async_shared();
     named_barrier_arrive(kDqFullBarrier + consumer, kDqBarrierThreads);
+    m0 = m0 + kBlockM == m_end * kBlockM ? m_begin * kBlockM : m0 + kBlockM;
   }
+  wgmma_wait<0>();
+  fence_operand(acc_dv);
+  fence_operand(acc_dk);
 
   // Epilogue (zeros for keys that no query sees).
   store_dk_dv_rows(p, acc_dk, acc_dv, b, hk, n0 + key_row0, 0, t);
