@@ -193,7 +193,14 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 
   // Ring positions count key blocks over all tiles of this CTA: block number `it` uses slot
   // it % stages in pass it / stages; the Q slot's pass is the number of tiles with work so far.
-  const int warp_group = static_cast<int>(threadIdx.x) / 128;
+  // In the fast kernels at D >= 128 the warpgroup index is made warp-uniform (a lane-0
+  // shuffle), so that the consumer's Q descriptors live in uniform registers: A/B (session 10)
+  // D 256 +6-8%, D 128 -1.5..+2.5%; at D 64 it cost 2-5%. (In the general kernel at D 128 it
+  // raised ptxas's spills from 252 to 360 bytes; not measured, so not used there.)
+  constexpr bool kUniformWarpGroup = kDim >= 128 && !kGeneral;
+  const int warp_group = kUniformWarpGroup
+                             ? __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0)
+                             : static_cast<int>(threadIdx.x) / 128;
   if (warp_group == 0) {  // ---------------------------------------------------- producer
     setmaxnreg_dec<cfg.producer_registers>();
     // One producer warp: lane 0 takes the tiles and issues every TMA load; the whole warp hands
