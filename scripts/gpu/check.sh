@@ -3,7 +3,7 @@
 # against the CPU reference, compute-sanitizer memcheck + racecheck on the small cases, then the
 # benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
 #
-#   bash scripts/gpu/check.sh [stages]   stages: any of build test sanitize race_repeat bench bench_bwd ncu_bwd ncu_src (NCU_SRC=fwd|bwd)
+#   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test sanitize race_repeat bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd)
 #                                        (default: all but ncu_bwd; bench_bwd: the backward vs
 #                                        PyTorch FA2 and cuDNN; ncu_bwd: Nsight Compute on both
 #                                        backward kernels, D=NCU_BWD_DIM, L=NCU_BWD_LENGTH)
@@ -107,6 +107,19 @@ if has_stage build; then
   note "   ptxas wgmma serialisation warnings: $(grep -c -E 'C751[0-9]' /tmp/build.log)"
 fi
 
+if has_stage smoke; then
+  # One small forward and backward per head dim under a short timeout, before anything long:
+  # a kernel that hangs (a barrier that never completes) costs 30 s of device time here instead
+  # of the test stage's 300.
+  stage_mark smoke
+  for bwd in 0 1; do
+    timeout 30 "$BUILD/bench/gpu/tileattn_gpu_bench" --backward "$bwd" --dims 64,128,256 \
+      --lengths 1024 --iters 1 --warmup 0 --cooldown-ms 0 >/tmp/smoke.log 2>&1
+    rc=$?
+    note "-- smoke (backward $bwd): rc $rc$([[ $rc == 124 ]] && echo ' (timed out: a hang?)')"
+    if [[ $rc != 0 ]]; then tail -5 /tmp/smoke.log | tee -a "$SUMMARY"; status=1; fi
+  done
+fi
 if has_stage test; then
   stage_mark test
   start=$(date +%s)
