@@ -3,10 +3,16 @@
 # against the CPU reference, compute-sanitizer memcheck + racecheck on the small cases, then the
 # benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
 #
-#   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test sanitize race_repeat bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd)
-#                                        (default: all but ncu_bwd; bench_bwd: the backward vs
-#                                        PyTorch FA2 and cuDNN; ncu_bwd: Nsight Compute on both
-#                                        backward kernels, D=NCU_BWD_DIM, L=NCU_BWD_LENGTH)
+#   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test sanitize race_repeat
+#                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd)
+#                                        bwd_parts
+#                                        (default: build test sanitize bench bench_bwd;
+#                                        bench_bwd: the backward vs PyTorch FA2 and cuDNN;
+#                                        ncu_bwd: Nsight Compute on both backward kernels,
+#                                        D=NCU_BWD_DIM, L=NCU_BWD_LENGTH; bwd_parts: the
+#                                        duration of every kernel of one backward call,
+#                                        tileattn's and cuDNN's, D in BWD_PARTS_DIMS, L in
+#                                        BWD_PARTS_LENGTHS)
 #
 # Before a device call run scripts/gpu/prepare.sh here and carry .gpu-deps.
 # Environment: OUT (results folder; default build-gpu/out), JOBS (default nproc), CTEST_REGEX
@@ -246,15 +252,20 @@ if has_stage ab; then
   # AB_PATCH="p1 p2 ..." (tree = baseline + p1 + p2 + ...): one side per prefix, i.e. the
   # baseline, baseline + p1, ..., and the tree itself ("new"); sides are named base, v1, v2, ...
   # AB_ENV="VAR=value" instead of AB_PATCH: the baseline is the same binary run under that
-  # setting (e.g. TILEATTN_SM90_KV_EVICT_LAST=0).
+  # setting (e.g. TILEATTN_SM90_KV_EVICT_LAST=0). Several settings separated by ';' give a side
+  # each (env1, env2, ...); one setting may set several variables ("A=0 B=1").
   start=$(date +%s)
   rm -rf /tmp/ab-side-* /tmp/ab_*.json
-  base_env=${AB_ENV:-TILEATTN_AB_SIDE=base} ab_ok=1
+  ab_ok=1
   read -r -a patches <<<"${AB_PATCH:-}"
-  sides=(new) bins=("$BUILD/bench/gpu/tileattn_gpu_bench")
+  sides=(new) bins=("$BUILD/bench/gpu/tileattn_gpu_bench") settings=("TILEATTN_AB_SIDE=new")
   if [[ -n ${AB_ENV:-} && ${#patches[@]} == 0 ]]; then
-    note "-- ab: baseline = the same binary under $AB_ENV"
-    sides+=(base) bins+=("${bins[0]}")
+    IFS=';' read -r -a envs <<<"$AB_ENV"
+    for ((e = 0; e < ${#envs[@]}; e++)); do
+      name=$([[ ${#envs[@]} == 1 ]] && echo base || echo "env$((e + 1))")
+      note "-- ab: side $name = the same binary under ${envs[e]}"
+      sides+=("$name") bins+=("${bins[0]}") settings+=("${envs[e]}")
+    done
   fi
   # Side k (k = number of patches kept): the tree with the patches after the k-th reverse-applied.
   for ((k = ${#patches[@]} - 1; k >= 0 && ab_ok == 1; k--)); do
@@ -269,6 +280,7 @@ if has_stage ab; then
         { note "-- ab: side $k build failed"; tail -20 /tmp/ab-build.log | tee -a "$SUMMARY"; status=1 ab_ok=0; }
       name=$([[ $k == 0 ]] && echo base || echo "v$k")
       sides+=("$name") bins+=("$src-build/bench/gpu/tileattn_gpu_bench")
+      settings+=("TILEATTN_AB_SIDE=$name")
       note "-- ab: side $name built ($(($(date +%s) - start)) s)"
     else
       note "-- ab: the patches do not reverse-apply (side $k)"; status=1 ab_ok=0
@@ -279,10 +291,10 @@ if has_stage ab; then
     iters=${BENCH_ITERS:-20} ab_files=()
     for round in $(seq "${AB_ROUNDS:-2}"); do
       for ((i = 0; i < ${#sides[@]}; i++)); do
-        side=${sides[i]} setting=TILEATTN_AB_SIDE=${sides[i]}
-        [[ $side == base && ${#patches[@]} == 0 ]] && setting=$base_env
+        side=${sides[i]}
         stage_mark "ab_${side}_$round"
-        env "$setting" timeout 300 "${bins[i]}" --backward "${AB_BACKWARD:-0}" --dims "$dims" --lengths "$lengths" \
+        # shellcheck disable=SC2086  # a setting may hold several VAR=value words
+        env ${settings[i]} timeout 300 "${bins[i]}" --backward "${AB_BACKWARD:-0}" --dims "$dims" --lengths "$lengths" \
           --iters "$iters" "${TIMING[@]}" --label "tileattn_${side}_$round" --json "/tmp/ab_${side}_$round.json" >/tmp/ab.log 2>&1 ||
           note "-- ab: $side round $round failed"
         ab_files+=("/tmp/ab_${side}_$round.json")
@@ -314,6 +326,33 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
     "$OUT/ncu_bwd_cudnn.txt" | tee -a "$SUMMARY"
   grep -E "^  [a-z_]+.*Context|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|L1/TEX Hit|Executed Ipc A" \
     "$OUT/ncu_bwd.txt" | tee -a "$SUMMARY"
+fi
+if has_stage bwd_parts; then  # per-kernel durations of backward calls (ncu): tileattn's and cuDNN's
+  stage_mark bwd_parts
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  : >"$OUT/bwd_parts.txt"
+  for D in ${BWD_PARTS_DIMS:-64 128}; do
+    for L in ${BWD_PARTS_LENGTHS:-2048 16384}; do
+      for who in tileattn cudnn; do
+        if [[ $who == tileattn ]]; then
+          cmd=("$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$L")
+        else
+          cmd=(python3 bench/gpu/bench_torch.py --backward 1 --backends torch_cudnn --dims "$D" --lengths "$L")
+        fi
+        timeout 120 "$NCU" --metrics gpu__time_duration.sum --csv "${cmd[@]}" --iters 1 --warmup 0 \
+          --cooldown-ms 0 >/tmp/parts.csv 2>/tmp/parts.err || { note "-- bwd_parts: $who D $D L $L failed"; tail -3 /tmp/parts.err; }
+        python3 - "$who D $D L $L" /tmp/parts.csv <<'PY' | tee -a "$OUT/bwd_parts.txt" "$SUMMARY"
+import csv, sys
+rows = [r for r in csv.reader(l for l in open(sys.argv[2]) if l.startswith('"'))]
+if not rows: sys.exit(print(sys.argv[1], ": no kernels"))
+head = rows[0]; name, value = head.index("Kernel Name"), head.index("Metric Value")
+print("--", sys.argv[1], "(ns, in launch order; ncu clocks)")
+for r in rows[1:]:
+    print(f"   {float(r[value].replace(',', '')):>12.0f}  {r[name][:110]}")
+PY
+      done
+    done
+  done
 fi
 if has_stage ncu_src; then  # per-SASS-instruction stall samples of an sm90 kernel, and its SASS:
   stage_mark ncu_src

@@ -126,8 +126,19 @@ CaseResult run_cuda_case(const Case& c, DType dtype, cudaStream_t stream) {
     EXPECT_LE(result.kernel.rel_l2,
               std::min(kF32InputRelL2, kNaiveFactor * result.naive.rel_l2) + kRelL2Epsilon)
         << "kernel: " << result.kernel.str() << "\nnaive bf16: " << result.naive.str();
-    EXPECT_LE(result.kernel.max_abs, kNaiveFactor * result.naive.max_abs + kMaxAbsEpsilon)
-        << "kernel: " << result.kernel.str() << "\nnaive bf16: " << result.naive.str();
+    // The largest error, against the exact attention of the bf16-rounded inputs: the rounding
+    // of the inputs is common to the kernel and the naive computation, and where the naive
+    // computation's own errors happen to cancel it at the worst element, a bar on the errors
+    // against `ref` fails without the kernel being at fault (it did at D = 1: 266 outputs,
+    // kernel 0.0127 vs naive 0.0046). The kernel's own arithmetic (bf16 P) must stay within 2x
+    // the naive computation's (bf16 scores, probabilities and outputs).
+    const HostTensor ref16_out = HostTensor::contiguous(DType::f32, {c.B, c.Lq, c.Hq, Dv});
+    attention_forward(problem16.args(ref16_out, nullptr), {Backend::reference, 0});
+    const std::vector<float> ref16 = ref16_out.to_f32();
+    const ErrorStats kernel16 = compare(got, ref16), naive_vs_ref16 = compare(naive16.out, ref16);
+    EXPECT_LE(kernel16.max_abs, kNaiveFactor * naive_vs_ref16.max_abs + kMaxAbsEpsilon)
+        << "against the exact result of the bf16-rounded inputs: kernel: " << kernel16.str()
+        << "\nnaive bf16: " << naive_vs_ref16.str();
   } else {
     EXPECT_LE(result.kernel.rel_l2, kNaiveFactor * result.naive.rel_l2 + kRelL2Epsilon)
         << "kernel: " << result.kernel.str() << "\nnaive same-precision: " << result.naive.str();

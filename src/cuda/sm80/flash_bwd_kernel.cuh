@@ -1,13 +1,14 @@
 // FlashAttention-2-style backward for sm80+ (mma.sync m16n8k16), three kernels per call:
-//   1. flash_bwd_prepare: per query row, delta = rowsum(dO o O) and lse * log2(e) (+inf for a row
-//      with no visible key, so its recomputed probabilities are 0), into the workspace.
+//   1. flash_bwd_prepare (cuda/common/bwd_prepare_convert.cuh): per query row, delta =
+//      rowsum(dO o O) and lse * log2(e) (+inf for a row with no visible key, so its recomputed
+//      probabilities are 0), into the workspace.
 //   2. flash_bwd_kernel: one CTA per (key block, column chunk, kv head, batch). Each warp owns 16
 //      keys and keeps them in the mma's M dimension: S^T = K Q^T, P^T = 2^(S^T log2e scale - lse),
 //      dV += P^T dO, dP^T = V dO^T, dS^T = P^T o (dP^T - delta), dK += dS^T Q. P^T and dS^T are C
 //      fragments that serve directly as the A operand of the next GEMM. dS^T also goes to shared
 //      memory, from which dQ = dS K (scaled later) is summed into an f32 workspace with atomics.
 //      GQA: the CTA visits every query head of its kv head, so dK and dV sum in registers.
-//   3. flash_bwd_convert_dq: dq = scale * workspace, in dq's dtype and layout.
+//   3. flash_bwd_convert_dq (the same file): dq = scale * workspace, in dq's dtype and layout.
 // The scale is applied once: dK at the end of kernel 2, dQ in kernel 3.
 #pragma once
 
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/bwd_prepare_convert.cuh"
 #include "cuda/common/dq_layout.cuh"
 #include "cuda/common/elements.cuh"
 #include "cuda/common/launch.cuh"
@@ -29,75 +31,6 @@
 #include "cuda/sm80/tile_io.cuh"
 
 namespace tileattn::cuda {
-
-inline constexpr int kBwdPrepareRowsPerBlock = 8;
-
-template <typename T>
-__device__ __forceinline__ float rounded(float x) {
-  if constexpr (std::is_same_v<T, __half>)
-    return __half2float(__float2half_rn(x));
-  else
-    return __bfloat162float(__float2bfloat16_rn(x));
-}
-
-// delta and lse_log2 for every workspace row (b, h, i), i < len_q_padded; one warp per row.
-// (A template so that every translation unit may instantiate it.)
-// dO and O are rounded to the kernel's operand type T first, as dP = dO V^T sees them, so that
-// dP - delta cancels exactly where it should (e.g. one key: O = V, dS = 0).
-template <typename T, int kRowsPerBlock>
-__global__ void __launch_bounds__(kRowsPerBlock * 32)
-    flash_bwd_prepare(const __grid_constant__ FlashBwdParams p) {
-  const std::int64_t row =
-      static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t rows_per_bh = p.len_q_padded;
-  if (row >= rows_per_bh * p.heads_q * p.batch) return;
-  const int i = static_cast<int>(row % rows_per_bh);
-  const int h = static_cast<int>(row / rows_per_bh % p.heads_q);
-  const int b = static_cast<int>(row / rows_per_bh / p.heads_q);
-  float delta = 0.0f, lse_log2 = INFINITY;
-  if (i < p.len_q) {
-    const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
-    const std::int64_t do_esize = p.dout_type == ElemType::f32 ? 4 : 2;
-    const char* o = static_cast<const char*>(p.out) +
-                    (b * p.o_stride_b + i * p.o_stride_l + h * p.o_stride_h) * out_esize;
-    const char* d = static_cast<const char*>(p.dout) +
-                    (b * p.do_stride_b + i * p.do_stride_l + h * p.do_stride_h) * do_esize;
-    for (int c = lane; c < p.dim_v; c += 32)
-      delta += rounded<T>(load_elem(o, c, p.out_type)) * rounded<T>(load_elem(d, c, p.dout_type));
-    const float lse = p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l];
-    lse_log2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    delta += __shfl_xor_sync(0xffffffffu, delta, offset);
-  if (lane == 0) {
-    p.delta[row] = delta;
-    p.lse_log2[row] = lse_log2;
-  }
-}
-
-// dq[b, i, h, d] = scale * dq_accum[b, h, i, d] (row-major or the sm90 kernel's tiled layout);
-// one thread per element.
-template <int kBucket>
-__global__ void __launch_bounds__(256) flash_bwd_convert_dq(const __grid_constant__ FlashBwdParams p) {
-  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * 256 + threadIdx.x;
-  const std::int64_t per_row = p.dim;
-  const std::int64_t total = per_row * p.len_q * p.heads_q * p.batch;
-  if (index >= total) return;
-  const int d = static_cast<int>(index % per_row);
-  const int i = static_cast<int>(index / per_row % p.len_q);
-  const int h = static_cast<int>(index / per_row / p.len_q % p.heads_q);
-  const int b = static_cast<int>(index / per_row / p.len_q / p.heads_q);
-  const std::int64_t plane = (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded;
-  const std::int64_t at = p.dq_tile_cols > 0 ? dq_tiled_offset(i, d, p.dq_tile_cols, kBucket)
-                                             : static_cast<std::int64_t>(i) * kBucket + d;
-  const float x = p.dq_accum[plane * kBucket + at];
-  const std::int64_t esize = p.dq_type == ElemType::f32 ? 4 : 2;
-  char* row = static_cast<char*>(p.dq) +
-              (b * p.dq_stride_b + i * p.dq_stride_l + h * p.dq_stride_h) * esize;
-  store_elem(row, d, p.dq_type, x * p.scale);
-}
 
 // The query rows [lo, hi] that see key j (by causal/window/key length; the inverse of
 // TileCoords::visible), clamped to [0, len_q]; empty (lo > hi) for a key past the key length.
@@ -551,26 +484,6 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
 
   // Epilogue (zeros for keys that no query sees).
   store_dk_dv_rows(p, acc_dk, acc_dv, b, hk, n0 + key_row0, chunk * kAcc, t);
-}
-
-// The first and last kernels of a backward call (shared with the sm90 backward).
-template <typename T>
-cudaError_t launch_flash_bwd_prepare(const FlashBwdParams& p, cudaStream_t stream) {
-  const std::int64_t rows = static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch;
-  if (rows == 0) return cudaSuccess;
-  flash_bwd_prepare<T, kBwdPrepareRowsPerBlock>
-      <<<static_cast<unsigned>((rows + kBwdPrepareRowsPerBlock - 1) / kBwdPrepareRowsPerBlock),
-         kBwdPrepareRowsPerBlock * 32, 0, stream>>>(p);
-  return cudaGetLastError();
-}
-
-template <int kBucket>
-cudaError_t launch_flash_bwd_convert_dq(const FlashBwdParams& p, cudaStream_t stream) {
-  const std::int64_t elements = static_cast<std::int64_t>(p.dim) * p.len_q * p.heads_q * p.batch;
-  if (elements == 0) return cudaSuccess;
-  flash_bwd_convert_dq<kBucket>
-      <<<static_cast<unsigned>((elements + 255) / 256), 256, 0, stream>>>(p);
-  return cudaGetLastError();
 }
 
 // Enqueues the three kernels of one backward call on `stream` (the workspace in p is ready and

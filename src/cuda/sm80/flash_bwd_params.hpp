@@ -21,6 +21,7 @@ struct FlashBwdParams : FlashFwdParams {
   std::int64_t dv_stride_b, dv_stride_l, dv_stride_h;
   ElemType dout_type, dq_type, dk_type, dv_type;
   bool dout_vector_loads;  // 16-byte cp.async loads of dout tiles are legal
+  bool dq_vector_stores;   // dq: 16-byte stores of 8 elements are legal (16-bit, alignment)
 
   int heads_kv;
   int num_n_blocks;  // ceil(len_k / block_n): key blocks, one CTA each (x chunks x Hkv x B)
