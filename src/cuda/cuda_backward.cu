@@ -118,16 +118,14 @@ void cuda_flash_backward(const AttnBackwardParams& p, void* stream) {
   DeviceGuard guard(p.device_index);
   const StreamWorkspace workspace(bytes, p.device_index, cuda_stream);
   auto* floats = static_cast<float*>(workspace.data());
-  k.dq_accum = floats;
+  k.dq_accum = floats;  // zeroed by the prepare kernel
+  k.dq_accum_cols = bucket;
   k.delta = floats + accum_floats;
   k.lse_log2 = k.delta + workspace_rows;
   k.dq_turn = p.deterministic ? reinterpret_cast<int*>(k.lse_log2 + workspace_rows) : nullptr;
 
   cudaError_t status = cudaSuccess;
-  if (accum_floats > 0)
-    status = cudaMemsetAsync(k.dq_accum, 0, accum_floats * sizeof(float), cuda_stream);
-  if (status == cudaSuccess && turns > 0)
-    status = cudaMemsetAsync(k.dq_turn, 0, turns * sizeof(int), cuda_stream);
+  if (turns > 0) status = cudaMemsetAsync(k.dq_turn, 0, turns * sizeof(int), cuda_stream);
   if (status != cudaSuccess) throw_cuda("workspace initialisation", status);
 
   const bool general =

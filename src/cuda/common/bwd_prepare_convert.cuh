@@ -2,7 +2,9 @@
 // share them):
 //   flash_bwd_prepare     per workspace row (b, h, i): delta = rowsum(dO o O) and lse * log2(e)
 //                         (+inf for a row with no visible key, so that its recomputed
-//                         probabilities are 0; rows i >= len_q: delta 0, +inf).
+//                         probabilities are 0; rows i >= len_q: delta 0, +inf); and zeroes
+//                         the row's dq_accum_cols floats of dq_accum (by position: together
+//                         the rows cover the workspace whatever its layout).
 //   flash_bwd_convert_dq  dq = scale * workspace, in dq's dtype and layout.
 // Both are memory-bound passes over B x Lq x H rows, so their cost does not shrink with the
 // sequence length as the main kernel's share does: at L = 2048 (16k tokens x 2048 channels)
@@ -79,6 +81,8 @@ __global__ void __launch_bounds__(256) flash_bwd_prepare_rows(const __grid_const
     p.delta[row] = delta;
     p.lse_log2[row] = lse_log2;
   }
+  float* accum = p.dq_accum + row * p.dq_accum_cols;
+  for (int c = lane; c < p.dq_accum_cols; c += 32) accum[c] = 0.0f;
 }
 
 // O and dO of type T with 16-byte aligned rows (p.vector_stores && p.dout_vector_loads): a group
@@ -111,10 +115,14 @@ __global__ void __launch_bounds__(256)
   }
   for (int offset = lanes / 2; offset > 0; offset /= 2)
     delta += __shfl_xor_sync(0xffffffffu, delta, offset);
-  if (valid && lane == 0) {
+  if (!valid) return;
+  if (lane == 0) {
     p.delta[row] = delta;
     p.lse_log2[row] = lse_log2;
   }
+  // dq_accum_cols is a multiple of 64 (a head-dim bucket): float4 stores.
+  float4* accum = reinterpret_cast<float4*>(p.dq_accum + row * p.dq_accum_cols);
+  for (int c = lane; c < p.dq_accum_cols / 4; c += lanes) accum[c] = make_float4(0, 0, 0, 0);
 }
 
 // One CTA per 64-row region of one (b, h) plane of the workspace (kRows rows: 32 for the 256

@@ -486,8 +486,8 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   store_dk_dv_rows(p, acc_dk, acc_dv, b, hk, n0 + key_row0, chunk * kAcc, t);
 }
 
-// Enqueues the three kernels of one backward call on `stream` (the workspace in p is ready and
-// dq_accum zeroed); returns the first launch error.
+// Enqueues the three kernels of one backward call on `stream` (the workspace in p is allocated;
+// the prepare kernel zeroes dq_accum); returns the first launch error.
 template <typename T, int kBucket, bool kGeneral>
 cudaError_t launch_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   constexpr BwdTileConfig cfg = bwd_tile_config(kBucket);

@@ -31,6 +31,8 @@ struct FlashBwdParams : FlashFwdParams {
   // Workspace, per (b, h) row-major with len_q_padded rows. Rows >= len_q: delta 0, lse +inf.
   float* dq_accum;   // [B, Hq, len_q_padded, head-dim bucket]: dQ / scale, summed by atomics or
                      // (sm90) bulk reductions
+  int dq_accum_cols;  // floats per workspace row of dq_accum (the head-dim bucket); the prepare
+                      // kernel zeroes them
   int dq_tile_cols;  // 0: dq_accum row-major; else the sm90 kernel's tiled layout with this many
                      // columns per sub-tile (src/cuda/common/dq_layout.cuh)
   float* delta;      // [B, Hq, len_q_padded]: rowsum(dO o O)
