@@ -144,8 +144,8 @@ struct Sm90BwdTileConfig {
 
 constexpr Sm90BwdTileConfig sm90_bwd_tile_config(int bucket) {
   switch (bucket) {
-    case 64: return {64, 64, 128, 2, 32, 240};    // 115 KB shared memory
-    case 128: return {128, 64, 128, 2, 32, 240};  // 195 KB
+    case 64: return {64, 64, 128, 2, 24, 240};    // 115 KB shared memory
+    case 128: return {128, 64, 128, 2, 24, 240};  // 195 KB
     default: return {0, 0, 0, 0, 0, 0};
   }
 }
