@@ -17,7 +17,7 @@
 # Before a device call run scripts/gpu/prepare.sh here and carry .gpu-deps.
 # Environment: OUT (results folder; default build-gpu/out), JOBS (default nproc), CTEST_REGEX
 # (unset: the GPU test binary only; "." adds every CTest suite), BENCH_DIMS, BENCH_LENGTHS,
-# BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper), BENCH_VARIANTS (see below),
+# TEST_FILTER, TEST_PASSES ("0 1": the sm90 dispatch, then sm80 only), BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper), BENCH_VARIANTS (see below),
 # BENCH_COOLDOWN_MS, BENCH_SUSTAIN_MS, BENCH_BWD_DIMS, BENCH_BWD_LENGTHS, AB_PATCH / AB_ENV / AB_ROUNDS / AB_BACKWARD (stage ab). Writes few files under $OUT (the device tool's limit):
 # summary.txt, test.log, sanitizer.log, sass.txt, bench_tileattn.json, bench_tileattn_sm80.json,
 # bench_torch.json, bench.json, bench_bwd.json (build.log only when the build fails).
@@ -133,11 +133,12 @@ if has_stage test; then
   # Default dispatch (the sm90 wgmma kernel where it applies on Hopper), then the sm80 kernel
   # for everything (TILEATTN_CUDA_DISABLE_SM90=1).
   : >"$OUT/test.log"
-  for sm80_only in 0 1; do
+  # TEST_PASSES / TEST_FILTER narrow a quick call (default: both passes, every test).
+  for sm80_only in ${TEST_PASSES:-0 1}; do
     echo "=== TILEATTN_CUDA_DISABLE_SM90=$sm80_only" >>"$OUT/test.log"
     # A hang (e.g. a pipeline deadlock) must not eat the device budget: 300 s is ~15x a pass.
     # The backward runs in both passes too (its sm90 kernel covers the fast path, D <= 128).
-    filter='*'
+    filter=${TEST_FILTER:-*}
     TILEATTN_CUDA_DISABLE_SM90=$sm80_only timeout 300 "$TESTS" --gtest_brief=1 \
       --gtest_filter="$filter" >/tmp/test.log 2>&1
     rc=$?
