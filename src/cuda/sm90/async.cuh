@@ -164,6 +164,12 @@ __device__ __forceinline__ std::uint64_t l2_evict_normal() {
   return policy;
 }
 
+// The registers a CTA of `threads` threads gets at launch (one CTA per SM: 65536 / threads per
+// thread, rounded down to the allocation unit of 8) are all that setmaxnreg can move between its
+// warpgroups: setmaxnreg.inc waits until the pool has the registers, so warpgroups that ask
+// for more than the others gave back wait forever (a hang, not an error).
+constexpr int setmaxnreg_pool(int threads) { return 65536 / threads / 8 * 8 * threads; }
+
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));

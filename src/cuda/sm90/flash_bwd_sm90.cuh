@@ -120,7 +120,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   constexpr int kDqCols = kDim / 2;     // dQ columns per consumer warpgroup
   constexpr bool kCarryDk = kDim > 64;  // dK stays in flight into the next step (see below)
   static_assert(kBlockM == 64 && kBlockN == 128 && kDim % 64 == 0, "tile shapes");
-  static_assert(cfg.producer_registers * 128 + cfg.consumer_registers * 256 <= 65536,
+  static_assert(cfg.producer_registers * 128 + cfg.consumer_registers * 256 <=
+                    setmaxnreg_pool(cfg.threads()),
                 "register budget");
   const FlashBwdParams& p = params.base;
 

@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   static_assert(kTileEmptyBarrier <= 15, "named barriers");
   static_assert(cfg.producer_registers * 128 +
                         cfg.consumer_registers * 128 * cfg.consumer_warp_groups <=
-                    65536,
+                    setmaxnreg_pool(cfg.threads()),
                 "register budget");
   const FlashFwdParams& p = params.base;
 
