@@ -6,10 +6,10 @@
 // One CTA = one producer warpgroup + two consumer warpgroups. A tile is block_n = 128 keys of
 // one (kv head, batch); consumer warpgroup c owns keys 64c..64c+63 of the block. The CTA visits
 // the query blocks (block_m = 64 rows) of every query head of its kv head that see any of its
-// keys. CTA c takes tiles c, c + gridDim.x, ...: one tile each where masks make tiles uneven,
-// else one CTA per SM (persistent), whose steps run on across its tiles (ring slots, barrier
-// phases and dS buffers count the CTA's steps), so that the next tile's K / V and first Q / dO
-// load while the consumers write a tile's dK and dV.
+// keys. One CTA per tile, or one CTA per SM (persistent) taking tiles in the order of
+// Sm90BwdParams::snake, whose steps run on across its tiles (ring slots, barrier phases and dS
+// buffers count the CTA's steps), so that the next tile's K / V and first Q / dO load while
+// the consumers write a tile's dK and dV.
 //   producer  one warp (lane 0 issues): K and V per tile (once the consumers have retired the
 //             tile before: "K / V empty" named barrier), then per step Q and dO (TMA) and the
 //             step's lse and delta rows (bulk copies) into a ring of `stages` slots. The copies
@@ -60,8 +60,23 @@ namespace tileattn::cuda {
 struct Sm90BwdParams {
   FlashBwdParams base;
   CUtensorMap q_map, k_map, v_map, do_map;
-  int num_tiles;  // key blocks x kv heads x batch; CTA c takes tiles c, c + gridDim.x, ...
+  int num_tiles;  // key blocks x kv heads x batch
+  // Tile order (bwd_cta_tile / bwd_tile_at). 0: CTA c takes tiles c, c + gridDim.x, ..., tile t
+  // being key block t % num_n_blocks of (batch, kv head) pair t / num_n_blocks (a pair's key
+  // blocks side by side: the CTAs running at one time share its Q / dO in L2). 1 (persistent
+  // CTAs with causal / window masks): tiles sorted key block first (t / pairs, pair t % pairs:
+  // the longest causal tiles first), dealt to the CTAs back and forth (round r: positions
+  // r * grid + c, or r * grid + grid - 1 - c for odd r), so that every CTA's long and short
+  // tiles even out.
+  int snake;
 };
+
+// The r-th tile of this CTA (r = 0, 1, ...), or -1 past its last.
+__device__ __forceinline__ int bwd_cta_tile(const Sm90BwdParams& params, int r) {
+  const int c = static_cast<int>(blockIdx.x), grid = static_cast<int>(gridDim.x);
+  const int t = r * grid + (params.snake != 0 && (r & 1) ? grid - 1 - c : c);
+  return t < params.num_tiles ? t : -1;
+}
 
 // One tile: key block n0 .. n0 + block_n of (batch b, kv head hk), and the query blocks
 // [m_begin, m_end) of every query head of hk that see any of its keys (n_iters steps).
@@ -72,11 +87,14 @@ struct BwdTile {
 };
 
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ BwdTile bwd_tile_at(const FlashBwdParams& p, int tile) {
+__device__ __forceinline__ BwdTile bwd_tile_at(const Sm90BwdParams& params, int tile) {
+  const FlashBwdParams& p = params.base;
+  const int pairs = p.batch * p.heads_kv;
+  const int n_block = params.snake != 0 ? tile / pairs : tile % p.num_n_blocks;
+  const int pair = params.snake != 0 ? tile % pairs : tile / p.num_n_blocks;
   BwdTile w;
-  const int n_block = tile % p.num_n_blocks;
-  w.hk = tile / p.num_n_blocks % p.heads_kv;
-  w.b = tile / p.num_n_blocks / p.heads_kv;
+  w.hk = pair % p.heads_kv;
+  w.b = pair / p.heads_kv;
   w.n0 = n_block * kBlockN;
   w.klen = key_length(p, w.b);
   w.diagonal = p.bottom_right ? w.klen - p.len_q : 0;
@@ -142,12 +160,11 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
 
   constexpr int kKvEmptyBarrier = kDqEmptyBarrier + 2;
   static_assert(kKvEmptyBarrier < 16, "named barriers");
-  const int first_tile = static_cast<int>(blockIdx.x), tile_stride = static_cast<int>(gridDim.x);
-  const auto tile_at = [&](int tile) { return bwd_tile_at<kBlockM, kBlockN>(p, tile); };
+  const auto tile_at = [&](int tile) { return bwd_tile_at<kBlockM, kBlockN>(params, tile); };
+  const auto cta_tile = [&](int r) { return bwd_cta_tile(params, r); };
   // Every role walks the same tiles; `total` steps in all (the barrier hand-overs count them).
   int total = 0;
-  for (int tile = first_tile; tile < params.num_tiles; tile += tile_stride)
-    total += tile_at(tile).n_iters;
+  for (int r = 0, tile; (tile = cta_tile(r)) >= 0; ++r) total += tile_at(tile).n_iters;
 
   if (threadIdx.x == 0) {
     mbarrier_init(&bars.kv_full, 1);
@@ -167,7 +184,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     if (threadIdx.x >= 64 || total == 0) return;
     if (threadIdx.x >= 32) {  // the dQ warp: lane 0 adds each step's two sub-tiles to dq_accum
       int step = 0;  // of the CTA's steps
-      for (int tile = first_tile; tile < params.num_tiles; tile += tile_stride) {
+      for (int r = 0, tile; (tile = cta_tile(r)) >= 0; ++r) {
         const BwdTile job = tile_at(tile);
         // Step it's rows: query head h, block m (walked like the producer's cursor).
         int h = job.hk * p.heads_per_kv, m = job.m_begin;
@@ -199,20 +216,19 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       return;
     }
     const bool leader = threadIdx.x == 0;  // issues the copies; the whole warp does the barriers
-    // Cursor over the CTA's steps: step `it` of tile `tile` (of n_iters steps), past empty
-    // tiles. Only these three values are kept (the producer has few registers); a tile's other
-    // figures are recomputed where needed.
+    // Cursor over the CTA's steps: step `it` of its tile r (tile index `tile`, n_iters steps),
+    // past empty tiles. Only these values are kept (the producer has few registers); a tile's
+    // other figures are recomputed where needed.
     struct Cursor {
-      int tile, it, n_iters;
+      int r, tile, it, n_iters;
     };
     const auto settle = [&](Cursor& c) {
-      while (c.tile < params.num_tiles && (c.n_iters = tile_at(c.tile).n_iters) == 0)
-        c.tile += tile_stride;
+      while ((c.tile = cta_tile(c.r)) >= 0 && (c.n_iters = tile_at(c.tile).n_iters) == 0) ++c.r;
     };
     const auto advance = [&](Cursor& c) {  // returns true when c moved to a new tile
       if (++c.it < c.n_iters) return false;
       c.it = 0;
-      c.tile += tile_stride;
+      ++c.r;
       settle(c);
       return true;
     };
@@ -228,7 +244,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
                     job.hk, job.b);
       }
     };
-    Cursor loads{first_tile, 0, 0}, hands{first_tile, 0, 0};
+    Cursor loads{0, 0, 0, 0}, hands{0, 0, 0, 0};
     settle(loads);
     settle(hands);
     // Loads the step under the `loads` cursor into the slot of step `step`, and advances.
@@ -302,7 +318,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
 
   int step = 0;         // of the CTA's steps (ring slots, parities and dS buffers go by it)
   int kv_phase = 0;     // of the K / V barrier: one phase per tile with steps
-  for (int tile = first_tile; tile < params.num_tiles; tile += tile_stride) {
+  for (int r = 0, tile; (tile = cta_tile(r)) >= 0; ++r) {
   const BwdTile job = tile_at(tile);
   const KeyRowVisibility seen_by[2] = {
       KeyRowVisibility(p, job.n0 + key_row0, job.klen, job.diagonal),

@@ -49,18 +49,23 @@ cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& call, cudaStream_t strea
   const std::int64_t tiles = static_cast<std::int64_t>(p.num_n_blocks) * p.heads_kv * p.batch;
   params.num_tiles = static_cast<int>(tiles);
   if (tiles > 0) {
-    // Persistent CTAs (one per SM, tiles c, c + SMs, ...) where every tile has the same steps
-    // (no causal or window mask, no key lengths): a CTA's next K / V load and first Q / dO
-    // loads then run under its dK / dV epilogue. With masks a static split would be uneven,
-    // and the hardware's scheduling of one CTA per tile balances better.
-    // TILEATTN_SM90_BWD_PERSISTENT=0: one CTA per tile always, for comparison;
-    // TILEATTN_SM90_BWD_CTAS=n: at most n CTAs whatever the masks (the tests use it to give
-    // every CTA several tiles, empty ones too, on small shapes).
-    const bool uniform = p.window_left < 0 && p.window_right < 0 && p.key_lengths == nullptr;
+    // Persistent CTAs (one per SM): a CTA's next K / V load and first Q / dO loads run under
+    // its dK / dV epilogue. Every tile has the same steps without masks or key lengths (tiles
+    // c, c + SMs, ...); causal and window masks make them uneven but sorted by key block, and
+    // the snake order (Sm90BwdParams::snake) evens the CTAs out. Key lengths vary per batch
+    // entry without such an order: one CTA per tile, which the hardware schedules.
+    // TILEATTN_SM90_BWD_PERSISTENT=0: one CTA per tile always; ..._PERSISTENT_MASKED=0: not
+    // with masks; TILEATTN_SM90_BWD_CTAS=n: at most n CTAs whatever the options (the tests use
+    // it to give every CTA several tiles, empty ones too, on small shapes).
+    const bool masked = p.window_left >= 0 || p.window_right >= 0;
+    const bool persistent =
+        p.key_lengths == nullptr && sm90_bwd_option("TILEATTN_SM90_BWD_PERSISTENT", true) &&
+        (!masked || sm90_bwd_option("TILEATTN_SM90_BWD_PERSISTENT_MASKED", true));
+    params.snake = masked ? 1 : 0;
     unsigned ctas = static_cast<unsigned>(tiles);
     if (const long forced = sm90_bwd_count("TILEATTN_SM90_BWD_CTAS"); forced > 0) {
       ctas = static_cast<unsigned>(std::min<long>(ctas, forced));
-    } else if (uniform && sm90_bwd_option("TILEATTN_SM90_BWD_PERSISTENT", true)) {
+    } else if (persistent) {
       int device = 0, sms = 0;
       status = cudaGetDevice(&device);
       if (status == cudaSuccess)
