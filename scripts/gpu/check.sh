@@ -349,6 +349,8 @@ if not rows: sys.exit(print(sys.argv[1], ": no kernels"))
 head = rows[0]; name, value = head.index("Kernel Name"), head.index("Metric Value")
 print("--", sys.argv[1], "(ns, in launch order; ncu clocks)")
 for r in rows[1:]:
+    if "at::" in r[name]:  # PyTorch's own kernels (input generation)
+        continue
     print(f"   {float(r[value].replace(',', '')):>12.0f}  {r[name][:110]}")
 PY
       done
