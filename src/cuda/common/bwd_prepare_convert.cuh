@@ -24,6 +24,14 @@
 
 namespace tileattn::cuda {
 
+inline constexpr int kPrepareRowsPerBlock = 8;  // flash_bwd_prepare_rows: a warp per row
+inline constexpr int kAuxThreads = 256;  // flash_bwd_prepare_vectors and flash_bwd_convert_dq
+
+// Rows of the workspace region one flash_bwd_convert_dq CTA stages in shared memory: 64 (the
+// sm90 tiled layout's block), 32 for the 256 bucket (64 x 260 floats would not fit the static
+// 48 KB).
+constexpr int convert_region_rows(int bucket) { return bucket > 128 ? 32 : 64; }
+
 template <typename T>
 __device__ __forceinline__ float rounded(float x) {
   if constexpr (std::is_same_v<T, __half>)
@@ -57,8 +65,10 @@ struct PrepareRow {
 // first, as dP = dO V^T sees them, so that dP - delta cancels where it should (e.g. one key:
 // O = V, dS = 0). (A template so that every translation unit may instantiate it.)
 template <typename T>
-__global__ void __launch_bounds__(256) flash_bwd_prepare_rows(const __grid_constant__ FlashBwdParams p) {
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+__global__ void __launch_bounds__(kPrepareRowsPerBlock * 32)
+    flash_bwd_prepare_rows(const __grid_constant__ FlashBwdParams p) {
+  const std::int64_t row =
+      static_cast<std::int64_t>(blockIdx.x) * kPrepareRowsPerBlock + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (row >= static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch) return;
   const PrepareRow at(p, row);
@@ -88,10 +98,11 @@ __global__ void __launch_bounds__(256) flash_bwd_prepare_rows(const __grid_const
 // O and dO of type T with 16-byte aligned rows (p.vector_stores && p.dout_vector_loads): a group
 // of 2^lanes_log2 lanes per row, each lane 8 columns per 16-byte load.
 template <typename T>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(kAuxThreads)
     flash_bwd_prepare_vectors(const __grid_constant__ FlashBwdParams p, int lanes_log2) {
   const int lanes = 1 << lanes_log2;
-  const std::int64_t row = (static_cast<std::int64_t>(blockIdx.x) * 256 + threadIdx.x) >> lanes_log2;
+  const std::int64_t row = (static_cast<std::int64_t>(blockIdx.x) * kAuxThreads + threadIdx.x) >>
+                           lanes_log2;
   const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
   const bool valid = row < static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch;
   float delta = 0.0f, lse_log2 = INFINITY;
@@ -125,15 +136,15 @@ __global__ void __launch_bounds__(256)
   for (int c = lane; c < p.dq_accum_cols / 4; c += lanes) accum[c] = make_float4(0, 0, 0, 0);
 }
 
-// One CTA per 64-row region of one (b, h) plane of the workspace (kRows rows: 32 for the 256
-// bucket, whose 64 rows would not fit the static shared memory). The region is read with 16-byte
+// One CTA per region of convert_region_rows rows of one (b, h) plane of the workspace. The
+// region is read with 16-byte
 // loads in storage order and placed in shared memory by (row, column), decoding the sm90
 // kernel's tiled layout (dq_layout.cuh) where p.dq_tile_cols > 0, so that the dq rows can be
 // written whole: 16-byte stores of 8 elements where p.dq_vector_stores, else one element at a
 // time.
 template <int kBucket>
-__global__ void __launch_bounds__(256) flash_bwd_convert_dq(const __grid_constant__ FlashBwdParams p) {
-  constexpr int kRows = kBucket > 128 ? 32 : 64, kPitch = kBucket + 4;
+__global__ void __launch_bounds__(kAuxThreads) flash_bwd_convert_dq(const __grid_constant__ FlashBwdParams p) {
+  constexpr int kRows = convert_region_rows(kBucket), kPitch = kBucket + 4;
   __shared__ __align__(16) float tile[kRows * kPitch];
   const int regions_per_plane = p.len_q_padded / kRows;
   const int region = static_cast<int>(blockIdx.x % regions_per_plane);
@@ -143,7 +154,7 @@ __global__ void __launch_bounds__(256) flash_bwd_convert_dq(const __grid_constan
   const float4* src = reinterpret_cast<const float4*>(
       p.dq_accum + (plane * p.len_q_padded + row0) * kBucket);
   const int cols = p.dq_tile_cols;
-  for (int v = static_cast<int>(threadIdx.x); v < kRows * kBucket / 4; v += 256) {
+  for (int v = static_cast<int>(threadIdx.x); v < kRows * kBucket / 4; v += kAuxThreads) {
     const float4 x = src[v];
     if (cols > 0) {  // float4 nt * 128 + thread of sub-tile v / (16 cols): see dq_layout.cuh
       const int sub = v / (16 * cols), within = v % (16 * cols);
@@ -165,28 +176,20 @@ __global__ void __launch_bounds__(256) flash_bwd_convert_dq(const __grid_constan
   char* const dq = static_cast<char*>(p.dq) + (b * p.dq_stride_b + h * p.dq_stride_h) * esize;
   if (p.dq_vector_stores) {  // 16-bit dq, D % 8 == 0, 16-byte aligned rows
     const int chunks = p.dim / 8;
-    for (int w = static_cast<int>(threadIdx.x); w < rows * chunks; w += 256) {
+    for (int w = static_cast<int>(threadIdx.x); w < rows * chunks; w += kAuxThreads) {
       const int r = w / chunks, c = (w % chunks) * 8;
       const float4 lo = *reinterpret_cast<const float4*>(&tile[r * kPitch + c]);
       const float4 hi = *reinterpret_cast<const float4*>(&tile[r * kPitch + c + 4]);
       const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      uint4 packed;
-      std::uint32_t* words = reinterpret_cast<std::uint32_t*>(&packed);
+      std::uint32_t words[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float a = x[2 * e] * p.scale, z = x[2 * e + 1] * p.scale;
-        if (p.dq_type == ElemType::f16) {
-          const __half2 pair = __floats2half2_rn(a, z);
-          words[e] = *reinterpret_cast<const std::uint32_t*>(&pair);
-        } else {
-          const __nv_bfloat162 pair = __floats2bfloat162_rn(a, z);
-          words[e] = *reinterpret_cast<const std::uint32_t*>(&pair);
-        }
-      }
-      *reinterpret_cast<uint4*>(dq + ((row0 + r) * p.dq_stride_l + c) * esize) = packed;
+      for (int e = 0; e < 4; ++e)
+        words[e] = pack_pair16(p.dq_type, x[2 * e] * p.scale, x[2 * e + 1] * p.scale);
+      *reinterpret_cast<uint4*>(dq + ((row0 + r) * p.dq_stride_l + c) * esize) =
+          make_uint4(words[0], words[1], words[2], words[3]);
     }
   } else {
-    for (int w = static_cast<int>(threadIdx.x); w < rows * p.dim; w += 256) {
+    for (int w = static_cast<int>(threadIdx.x); w < rows * p.dim; w += kAuxThreads) {
       const int r = w / p.dim, d = w % p.dim;
       store_elem(dq + (row0 + r) * p.dq_stride_l * esize, d, p.dq_type,
                  tile[r * kPitch + d] * p.scale);
@@ -201,23 +204,25 @@ cudaError_t launch_flash_bwd_prepare(const FlashBwdParams& p, cudaStream_t strea
   if (p.vector_stores && p.dout_vector_loads) {
     int lanes_log2 = 0;
     while ((8 << lanes_log2) < p.dim_v && lanes_log2 < 5) ++lanes_log2;
-    const std::int64_t rows_per_block = 256 >> lanes_log2;
+    const std::int64_t rows_per_block = kAuxThreads >> lanes_log2;
     flash_bwd_prepare_vectors<T>
-        <<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), 256, 0, stream>>>(
-            p, lanes_log2);
+        <<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kAuxThreads, 0,
+           stream>>>(p, lanes_log2);
   } else {
-    flash_bwd_prepare_rows<T><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(p);
+    flash_bwd_prepare_rows<T>
+        <<<static_cast<unsigned>((rows + kPrepareRowsPerBlock - 1) / kPrepareRowsPerBlock),
+           kPrepareRowsPerBlock * 32, 0, stream>>>(p);
   }
   return cudaGetLastError();
 }
 
 template <int kBucket>
 cudaError_t launch_flash_bwd_convert_dq(const FlashBwdParams& p, cudaStream_t stream) {
-  constexpr int kRows = kBucket > 128 ? 32 : 64;
-  const std::int64_t regions =
-      static_cast<std::int64_t>(p.len_q_padded / kRows) * p.heads_q * p.batch;
+  const std::int64_t regions = static_cast<std::int64_t>(
+                                    p.len_q_padded / convert_region_rows(kBucket)) *
+                                p.heads_q * p.batch;
   if (regions == 0 || p.len_q == 0 || p.dim == 0) return cudaSuccess;
-  flash_bwd_convert_dq<kBucket><<<static_cast<unsigned>(regions), 256, 0, stream>>>(p);
+  flash_bwd_convert_dq<kBucket><<<static_cast<unsigned>(regions), kAuxThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
