@@ -7,7 +7,7 @@
 // one (kv head, batch); consumer warpgroup c owns keys 64c..64c+63 of the block. The CTA visits
 // the query blocks (block_m = 64 rows) of every query head of its kv head that see any of its
 // keys. One CTA per tile, or one CTA per SM (persistent) taking tiles in the order of
-// Sm90BwdParams::snake, whose steps run on across its tiles (ring slots, barrier phases and dS
+// common/bwd_tile_order.cuh, whose steps run on across its tiles (ring slots, barrier phases and dS
 // buffers count the CTA's steps), so that the next tile's K / V and first Q / dO load while
 // the consumers write a tile's dK and dV.
 //   producer  one warp (lane 0 issues): K and V per tile (once the consumers have retired the
@@ -43,6 +43,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/bwd_tile_order.cuh"
 #include "cuda/common/dq_layout.cuh"
 #include "cuda/common/elements.cuh"
 #include "cuda/common/ptx.cuh"
@@ -61,21 +62,15 @@ struct Sm90BwdParams {
   FlashBwdParams base;
   CUtensorMap q_map, k_map, v_map, do_map;
   int num_tiles;  // key blocks x kv heads x batch
-  // Tile order (bwd_cta_tile / bwd_tile_at). 0: CTA c takes tiles c, c + gridDim.x, ..., tile t
-  // being key block t % num_n_blocks of (batch, kv head) pair t / num_n_blocks (a pair's key
-  // blocks side by side: the CTAs running at one time share its Q / dO in L2). 1 (persistent
-  // CTAs with causal / window masks): tiles sorted key block first (t / pairs, pair t % pairs:
-  // the longest causal tiles first), dealt to the CTAs back and forth (round r: positions
-  // r * grid + c, or r * grid + grid - 1 - c for odd r), so that every CTA's long and short
-  // tiles even out.
-  int snake;
+  // Tile order (common/bwd_tile_order.cuh): 1 for persistent CTAs under causal / window masks
+  // (key blocks j and n_blocks - 1 - j of a pair one after the other), else 0.
+  int paired;
 };
 
-// The r-th tile of this CTA (r = 0, 1, ...), or -1 past its last.
+// The r-th tile (r = 0, 1, ...) of this CTA, or -1 past its last.
 __device__ __forceinline__ int bwd_cta_tile(const Sm90BwdParams& params, int r) {
-  const int c = static_cast<int>(blockIdx.x), grid = static_cast<int>(gridDim.x);
-  const int t = r * grid + (params.snake != 0 && (r & 1) ? grid - 1 - c : c);
-  return t < params.num_tiles ? t : -1;
+  return bwd_cta_tile(static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), r,
+                      params.num_tiles, params.base.num_n_blocks, params.paired != 0);
 }
 
 // One tile: key block n0 .. n0 + block_n of (batch b, kv head hk), and the query blocks
@@ -89,9 +84,7 @@ struct BwdTile {
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ BwdTile bwd_tile_at(const Sm90BwdParams& params, int tile) {
   const FlashBwdParams& p = params.base;
-  const int pairs = p.batch * p.heads_kv;
-  const int n_block = params.snake != 0 ? tile / pairs : tile % p.num_n_blocks;
-  const int pair = params.snake != 0 ? tile % pairs : tile / p.num_n_blocks;
+  const int n_block = tile % p.num_n_blocks, pair = tile / p.num_n_blocks;
   BwdTile w;
   w.hk = pair % p.heads_kv;
   w.b = pair / p.heads_kv;

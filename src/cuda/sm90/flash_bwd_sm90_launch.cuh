@@ -50,10 +50,10 @@ cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& call, cudaStream_t strea
   params.num_tiles = static_cast<int>(tiles);
   if (tiles > 0) {
     // Persistent CTAs (one per SM): a CTA's next K / V load and first Q / dO loads run under
-    // its dK / dV epilogue. Every tile has the same steps without masks or key lengths (tiles
-    // c, c + SMs, ...); causal and window masks make them uneven but sorted by key block, and
-    // the snake order (Sm90BwdParams::snake) evens the CTAs out. Key lengths vary per batch
-    // entry without such an order: one CTA per tile, which the hardware schedules.
+    // its dK / dV epilogue. Every tile has the same steps without masks or key lengths;
+    // causal and window masks make them uneven, and the CTAs take them in pairs whose steps add
+    // up to about the same (common/bwd_tile_order.cuh). Key lengths vary per batch entry
+    // without such an order: one CTA per tile, which the hardware schedules.
     // TILEATTN_SM90_BWD_PERSISTENT=0: one CTA per tile always; ..._PERSISTENT_MASKED=0: not
     // with masks; TILEATTN_SM90_BWD_CTAS=n: at most n CTAs whatever the options (the tests use
     // it to give every CTA several tiles, empty ones too, on small shapes).
@@ -61,7 +61,6 @@ cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& call, cudaStream_t strea
     const bool persistent =
         p.key_lengths == nullptr && sm90_bwd_option("TILEATTN_SM90_BWD_PERSISTENT", true) &&
         (!masked || sm90_bwd_option("TILEATTN_SM90_BWD_PERSISTENT_MASKED", true));
-    params.snake = masked ? 1 : 0;
     unsigned ctas = static_cast<unsigned>(tiles);
     if (const long forced = sm90_bwd_count("TILEATTN_SM90_BWD_CTAS"); forced > 0) {
       ctas = static_cast<unsigned>(std::min<long>(ctas, forced));
@@ -73,6 +72,7 @@ cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& call, cudaStream_t strea
       if (status != cudaSuccess) return status;
       ctas = std::min(ctas, static_cast<unsigned>(sms));
     }
+    params.paired = masked && ctas < tiles ? 1 : 0;
     status = launch_kernel(&flash_bwd_sm90_kernel<T, kBucket>, cfg, params, ctas, stream);
     if (status != cudaSuccess) return status;
   }
