@@ -252,18 +252,18 @@ if has_stage ab; then
   # AB_ROUNDS times on BENCH_DIMS x BENCH_LENGTHS, each round a column per side.
   # AB_PATCH="p1 p2 ..." (tree = baseline + p1 + p2 + ...): one side per prefix, i.e. the
   # baseline, baseline + p1, ..., and the tree itself ("new"); sides are named base, v1, v2, ...
-  # AB_ENV="VAR=value" instead of AB_PATCH: the baseline is the same binary run under that
-  # setting (e.g. TILEATTN_SM90_KV_EVICT_LAST=0). Several settings separated by ';' give a side
-  # each (env1, env2, ...); one setting may set several variables ("A=0 B=1").
+  # AB_ENV="VAR=value": the same binary run under that setting is a side too (alone, the
+  # baseline: e.g. TILEATTN_SM90_KV_EVICT_LAST=0). Several settings separated by ';' give a side
+  # each (env1, env2, ...; env1 also with AB_PATCH); one setting may set several variables.
   start=$(date +%s)
   rm -rf /tmp/ab-side-* /tmp/ab_*.json
   ab_ok=1
   read -r -a patches <<<"${AB_PATCH:-}"
   sides=(new) bins=("$BUILD/bench/gpu/tileattn_gpu_bench") settings=("TILEATTN_AB_SIDE=new")
-  if [[ -n ${AB_ENV:-} && ${#patches[@]} == 0 ]]; then
+  if [[ -n ${AB_ENV:-} ]]; then
     IFS=';' read -r -a envs <<<"$AB_ENV"
     for ((e = 0; e < ${#envs[@]}; e++)); do
-      name=$([[ ${#envs[@]} == 1 ]] && echo base || echo "env$((e + 1))")
+      name=$([[ ${#envs[@]} == 1 && ${#patches[@]} == 0 ]] && echo base || echo "env$((e + 1))")
       note "-- ab: side $name = the same binary under ${envs[e]}"
       sides+=("$name") bins+=("${bins[0]}") settings+=("${envs[e]}")
     done
