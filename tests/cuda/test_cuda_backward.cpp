@@ -267,40 +267,6 @@ INSTANTIATE_TEST_SUITE_P(All, CudaBackward,
                                             ::testing::ValuesIn(backward_cases())),
                          param_name);
 
-// The Hopper kernel's persistent CTAs (several tiles each, the ring and barrier phases running
-// on across tiles), forced onto small shapes with TILEATTN_SM90_BWD_CTAS: 3 CTAs for 4-32
-// tiles, including empty tiles between others (top-left causal with Lq < Lk, short key
-// lengths) and a window. (On other GPUs the setting is ignored and the cases run as usual.)
-TEST(CudaBackwardPersistent, Small_FewCtas) {
-  TILEATTN_REQUIRE_CUDA();
-  TILEATTN_TRACE_SEED();
-  struct Setting {
-    Setting() { setenv("TILEATTN_SM90_BWD_CTAS", "3", 1); }
-    ~Setting() { unsetenv("TILEATTN_SM90_BWD_CTAS"); }
-  } setting;
-  std::vector<Case> cases(5);
-  cases[0].name = "plain_gqa";
-  cases[0].B = 2, cases[0].Lq = 200, cases[0].Lk = 520, cases[0].Hq = 4, cases[0].Hkv = 2;
-  cases[0].D = 64;
-  cases[1].name = "causal_top_left_lq_lt_lk";  // key blocks past the last query: empty tiles
-  cases[1].Lq = 150, cases[1].Lk = 700, cases[1].Hq = cases[1].Hkv = 2, cases[1].causal = true;
-  cases[1].alignment = Alignment::top_left, cases[1].D = 64;
-  cases[2].name = "key_lengths";  // tiles past a batch entry's key length: empty
-  cases[2].B = 3, cases[2].Lq = 100, cases[2].Lk = 600, cases[2].Hq = cases[2].Hkv = 2;
-  cases[2].key_lengths = KeyLengths::i32, cases[2].D = 48;
-  cases[3].name = "window_d128";
-  cases[3].Lq = cases[3].Lk = 640, cases[3].window_left = 100, cases[3].window_right = 30;
-  cases[3].D = 128;
-  cases[4].name = "causal_d128_gqa";
-  cases[4].B = 2, cases[4].Lq = cases[4].Lk = 300, cases[4].Hq = 6, cases[4].Hkv = 2;
-  cases[4].causal = true, cases[4].D = 128;
-  for (const Case& c : cases)
-    for (const DType dtype : {DType::bf16, DType::f16}) {
-      SCOPED_TRACE(c.name);
-      run_cuda_backward_case(c, dtype, false);
-    }
-}
-
 // Deterministic mode: still correct, and the same bits from run to run (several key blocks add
 // to each query block's dQ, with GQA, causal/window edges and partial blocks).
 TEST(CudaBackwardDeterminism, Small_IdenticalBits) {

@@ -1,17 +1,12 @@
 // Hopper (sm_90a) backward: wgmma + TMA, warp-specialised. It replaces the sm80 backward's main
 // kernel (flash_bwd_kernel) on the fast score path (causal / window / key lengths, no mask,
 // softcap, ALiBi or dropout), 16-bit storage, D <= 128, non-deterministic mode; the prepare
-// (delta, lse) and convert (dq) kernels are shared (cuda/common/bwd_prepare_convert.cuh).
+// (delta, lse) and convert (dq) kernels are the sm80 ones.
 //
-// One CTA = one producer warpgroup + two consumer warpgroups. A tile is block_n = 128 keys of
-// one (kv head, batch); consumer warpgroup c owns keys 64c..64c+63 of the block. The CTA visits
-// the query blocks (block_m = 64 rows) of every query head of its kv head that see any of its
-// keys. One CTA per tile, or one CTA per SM (persistent) taking tiles in the order of
-// common/bwd_tile_order.cuh, whose steps run on across its tiles (ring slots, barrier phases and dS
-// buffers count the CTA's steps), so that the next tile's K / V and first Q / dO load while
-// the consumers write a tile's dK and dV.
-//   producer  one warp (lane 0 issues): K and V per tile (once the consumers have retired the
-//             tile before: "K / V empty" named barrier), then per step Q and dO (TMA) and the
+// One CTA = one producer warpgroup + two consumer warpgroups, and owns block_n = 128 keys of one
+// (kv head, batch); consumer warpgroup c owns keys 64c..64c+63 of the block. The CTA visits the
+// query blocks (block_m = 64 rows) of every query head of its kv head that see any of its keys.
+//   producer  one warp (lane 0 issues): K and V once, then per step Q and dO (TMA) and the
 //             step's lse and delta rows (bulk copies) into a ring of `stages` slots. The copies
 //             complete on a per-slot mbarrier, which only the producer warp waits for; it then
 //             hands the slot to the consumers through a "step full" named barrier, and takes it
@@ -34,7 +29,7 @@
 //             consumers issue no global atomics. (With red.global.add.v4 from the consumers,
 //             each reduction waited for the previous one to read its registers: ncu put ~20%
 //             of the consumers' stall samples there.)
-// dK (times scale) and dV are written once at the end of each tile, from registers.
+// dK (times scale) and dV are written once at the end.
 #pragma once
 
 #include <cuda.h>
@@ -43,7 +38,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cuda/common/bwd_tile_order.cuh"
 #include "cuda/common/dq_layout.cuh"
 #include "cuda/common/elements.cuh"
 #include "cuda/common/ptx.cuh"
@@ -61,42 +55,7 @@ namespace tileattn::cuda {
 struct Sm90BwdParams {
   FlashBwdParams base;
   CUtensorMap q_map, k_map, v_map, do_map;
-  int num_tiles;  // key blocks x kv heads x batch
-  // Tile order (common/bwd_tile_order.cuh): 1 for persistent CTAs under causal / window masks
-  // (key blocks j and n_blocks - 1 - j of a pair one after the other), else 0.
-  int paired;
 };
-
-// The r-th tile (r = 0, 1, ...) of this CTA, or -1 past its last.
-__device__ __forceinline__ int bwd_cta_tile(const Sm90BwdParams& params, int r) {
-  return bwd_cta_tile(static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), r,
-                      params.num_tiles, params.base.num_n_blocks, params.paired != 0);
-}
-
-// One tile: key block n0 .. n0 + block_n of (batch b, kv head hk), and the query blocks
-// [m_begin, m_end) of every query head of hk that see any of its keys (n_iters steps).
-struct BwdTile {
-  int b, hk, n0, klen;
-  std::int64_t diagonal;
-  int m_begin, m_end, n_iters;
-};
-
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ BwdTile bwd_tile_at(const Sm90BwdParams& params, int tile) {
-  const FlashBwdParams& p = params.base;
-  const int n_block = tile % p.num_n_blocks, pair = tile / p.num_n_blocks;
-  BwdTile w;
-  w.hk = pair % p.heads_kv;
-  w.b = pair / p.heads_kv;
-  w.n0 = n_block * kBlockN;
-  w.klen = key_length(p, w.b);
-  w.diagonal = p.bottom_right ? w.klen - p.len_q : 0;
-  const QueryBlockRange seen = query_blocks_seeing<kBlockM, kBlockN>(p, w.n0, w.klen, w.diagonal);
-  w.m_begin = seen.begin;
-  w.m_end = seen.end;
-  w.n_iters = (seen.end - seen.begin) * p.heads_per_kv;
-  return w;
-}
 
 template <int kStages>
 struct Sm90BwdBarriers {
@@ -114,10 +73,6 @@ inline constexpr int kStepBarrierThreads = 32 + 256;
 // is in shared memory, the dQ warp syncs) and 4 + 2 stages + c ("dQ empty": the dQ warp arrives
 // once the bulk reduction has read it, the warpgroup syncs before writing the next one).
 inline constexpr int kDqBarrierThreads = 32 + 128;
-// Named barrier 6 + 2 stages ("K / V empty"): the consumers arrive once the last step of a tile
-// has retired, the producer warp syncs before loading the next tile's K and V (persistent
-// CTAs).
-inline constexpr int kKvBarrierThreads = 32 + 256;
 
 template <typename T, int kBucket>
 __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
@@ -151,13 +106,20 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   constexpr int kDqFullBarrier = kStepEmptyBarrier + kStages, kDqEmptyBarrier = kDqFullBarrier + 2;
   static_assert(kDqEmptyBarrier + 2 <= 16, "named barriers");
 
-  constexpr int kKvEmptyBarrier = kDqEmptyBarrier + 2;
-  static_assert(kKvEmptyBarrier < 16, "named barriers");
-  const auto tile_at = [&](int tile) { return bwd_tile_at<kBlockM, kBlockN>(params, tile); };
-  const auto cta_tile = [&](int r) { return bwd_cta_tile(params, r); };
-  // Every role walks the same tiles; `total` steps in all (the barrier hand-overs count them).
-  int total = 0;
-  for (int r = 0, tile; (tile = cta_tile(r)) >= 0; ++r) total += tile_at(tile).n_iters;
+  const int n_block = static_cast<int>(blockIdx.x) % p.num_n_blocks;
+  const int hk = static_cast<int>(blockIdx.x) / p.num_n_blocks % p.heads_kv;
+  const int b = static_cast<int>(blockIdx.x) / p.num_n_blocks / p.heads_kv;
+  const int n0 = n_block * kBlockN;
+  const int klen = key_length(p, b);
+  const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
+
+  const QueryBlockRange seen = query_blocks_seeing<kBlockM, kBlockN>(p, n0, klen, diagonal);
+  const int m_begin = seen.begin, m_end = seen.end;
+  const int m_blocks = m_end - m_begin;
+  const int n_iters = m_blocks * p.heads_per_kv;
+  // Step it: query head hk * heads_per_kv + it / m_blocks, rows from m0.
+  auto step_head = [&](int it) { return hk * p.heads_per_kv + it / m_blocks; };
+  auto step_m0 = [&](int it) { return (m_begin + it % m_blocks) * kBlockM; };
 
   if (threadIdx.x == 0) {
     mbarrier_init(&bars.kv_full, 1);
@@ -174,122 +136,77 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   const int warp_group = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   if (warp_group == 0) {  // ---------------------------------------------------- producer
     setmaxnreg_dec<cfg.producer_registers>();
-    if (threadIdx.x >= 64 || total == 0) return;
+    if (threadIdx.x >= 64 || n_iters == 0) return;
     if (threadIdx.x >= 32) {  // the dQ warp: lane 0 adds each step's two sub-tiles to dq_accum
-      int step = 0;  // of the CTA's steps
-      for (int r = 0, tile; (tile = cta_tile(r)) >= 0; ++r) {
-        const BwdTile job = tile_at(tile);
-        // Step it's rows: query head h, block m (walked like the producer's cursor).
-        int h = job.hk * p.heads_per_kv, m = job.m_begin;
-        for (int it = 0; it < job.n_iters; ++it, ++step) {
-          float* dst = p.dq_accum + ((static_cast<std::int64_t>(job.b) * p.heads_q + h) *
-                                         p.len_q_padded +
-                                     m * kBlockM) *
-                                        kDim;
-          if (++m == job.m_end) m = job.m_begin, ++h;
+      // Step it's rows: query head h, block m (walked like step_head / step_m0).
+      int h = hk * p.heads_per_kv, m = m_begin;
+      for (int it = 0; it < n_iters; ++it) {
+        float* dst =
+            p.dq_accum +
+            ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + m * kBlockM) * kDim;
+        if (++m == m_end) m = m_begin, ++h;
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            named_barrier_sync(kDqFullBarrier + c, kDqBarrierThreads);
-            if (threadIdx.x == 32)
-              bulk_reduce_add_f32(dst + c * 64 * kDqCols, dq_stage + c * 64 * kDqCols,
-                                  64 * kDqCols * 4);
-          }
-          if (threadIdx.x == 32) {
-            bulk_commit_group();
-            bulk_wait_all<true>();
-          }
-          __syncwarp();
-          if (step + 1 < total) {
-            named_barrier_arrive(kDqEmptyBarrier, kDqBarrierThreads);
-            named_barrier_arrive(kDqEmptyBarrier + 1, kDqBarrierThreads);
-          }
+        for (int c = 0; c < 2; ++c) {
+          named_barrier_sync(kDqFullBarrier + c, kDqBarrierThreads);
+          if (threadIdx.x == 32)
+            bulk_reduce_add_f32(dst + c * 64 * kDqCols, dq_stage + c * 64 * kDqCols,
+                                64 * kDqCols * 4);
+        }
+        if (threadIdx.x == 32) {
+          bulk_commit_group();
+          bulk_wait_all<true>();
+        }
+        __syncwarp();
+        if (it + 1 < n_iters) {
+          named_barrier_arrive(kDqEmptyBarrier, kDqBarrierThreads);
+          named_barrier_arrive(kDqEmptyBarrier + 1, kDqBarrierThreads);
         }
       }
       if (threadIdx.x == 32) bulk_wait_all<false>();
       return;
     }
     const bool leader = threadIdx.x == 0;  // issues the copies; the whole warp does the barriers
-    // Cursor over the CTA's steps: step `it` of its tile r (tile index `tile`, n_iters steps),
-    // past empty tiles. Only these values are kept (the producer has few registers); a tile's
-    // other figures are recomputed where needed.
-    struct Cursor {
-      int r, tile, it, n_iters;
-    };
-    const auto settle = [&](Cursor& c) {
-      while ((c.tile = cta_tile(c.r)) >= 0 && (c.n_iters = tile_at(c.tile).n_iters) == 0) ++c.r;
-    };
-    const auto advance = [&](Cursor& c) {  // returns true when c moved to a new tile
-      if (++c.it < c.n_iters) return false;
-      c.it = 0;
-      ++c.r;
-      settle(c);
-      return true;
-    };
-    const auto load_kv = [&](int tile) {
-      if (!leader) return;
-      const BwdTile job = tile_at(tile);
-      mbarrier_arrive_expect_tx(&bars.kv_full, 2 * cfg.kv_tile_bytes());
-#pragma unroll
-      for (int cb = 0; cb < kColBlocks; ++cb) {
-        tma_load_4d(k_tile + cb * kBlockN * 64, &params.k_map, &bars.kv_full, cb * 64, job.n0,
-                    job.hk, job.b);
-        tma_load_4d(v_tile + cb * kBlockN * 64, &params.v_map, &bars.kv_full, cb * 64, job.n0,
-                    job.hk, job.b);
-      }
-    };
-    Cursor loads{0, 0, 0, 0}, hands{0, 0, 0, 0};
-    settle(loads);
-    settle(hands);
-    // Loads the step under the `loads` cursor into the slot of step `step`, and advances.
-    const auto load_step = [&](int step) {
-      if (leader) {
-        const BwdTile job = tile_at(loads.tile);
-        const int m_blocks = job.m_end - job.m_begin;
-        const int h = job.hk * p.heads_per_kv + loads.it / m_blocks;
-        const int m0 = (job.m_begin + loads.it % m_blocks) * kBlockM;
-        const int slot = step % kStages;
-        std::uint64_t* full = &bars.q_full[slot];
-        mbarrier_arrive_expect_tx(full, 2 * (cfg.q_tile_bytes() + cfg.row_stats_bytes()));
-        T* q_dst = q_tiles + slot * kBlockM * kDim;
-        T* do_dst = do_tiles + slot * kBlockM * kDim;
-#pragma unroll
-        for (int cb = 0; cb < kColBlocks; ++cb) {
-          tma_load_4d(q_dst + cb * kBlockM * 64, &params.q_map, full, cb * 64, m0, h, job.b);
-          tma_load_4d(do_dst + cb * kBlockM * 64, &params.do_map, full, cb * 64, m0, h, job.b);
-        }
-        const std::int64_t stats_row =
-            (static_cast<std::int64_t>(job.b) * p.heads_q + h) * p.len_q_padded + m0;
-        float* stats = row_stats + slot * 2 * kBlockM;
-        bulk_load(stats, p.lse_log2 + stats_row, cfg.row_stats_bytes(), full);
-        bulk_load(stats + kBlockM, p.delta + stats_row, cfg.row_stats_bytes(), full);
-      }
-      advance(loads);
-    };
     if (leader) {
       prefetch_tensor_map(&params.q_map);
       prefetch_tensor_map(&params.k_map);
       prefetch_tensor_map(&params.v_map);
       prefetch_tensor_map(&params.do_map);
+      mbarrier_arrive_expect_tx(&bars.kv_full, 2 * cfg.kv_tile_bytes());
+#pragma unroll
+      for (int cb = 0; cb < kColBlocks; ++cb) {
+        tma_load_4d(k_tile + cb * kBlockN * 64, &params.k_map, &bars.kv_full, cb * 64, n0, hk, b);
+        tma_load_4d(v_tile + cb * kBlockN * 64, &params.v_map, &bars.kv_full, cb * 64, n0, hk, b);
+      }
     }
-    load_kv(hands.tile);
-    for (int step = 0; step < min(kStages, total); ++step) load_step(step);
-    for (int step = 0; step < total; ++step) {
-      // Step `step` landed: hand its slot to the consumers.
-      mbarrier_wait(&bars.q_full[step % kStages], (step / kStages) & 1);
-      named_barrier_arrive(kStepFullBarrier + step % kStages, kStepBarrierThreads);
-      // Refill the slot of the step before once the consumers are done with it (after handing
-      // over this step, so that the consumers never wait for this refill). The refill may
-      // belong to the next tile: its Q and dO then load under this tile's last steps.
-      const int done = step - 1;
-      if (done >= 0 && done + kStages < total) {
+    const auto load_step = [&](int it) {
+      if (!leader) return;
+      const int slot = it % kStages, h = step_head(it), m0 = step_m0(it);
+      std::uint64_t* full = &bars.q_full[slot];
+      mbarrier_arrive_expect_tx(full, 2 * (cfg.q_tile_bytes() + cfg.row_stats_bytes()));
+      T* q_dst = q_tiles + slot * kBlockM * kDim;
+      T* do_dst = do_tiles + slot * kBlockM * kDim;
+#pragma unroll
+      for (int cb = 0; cb < kColBlocks; ++cb) {
+        tma_load_4d(q_dst + cb * kBlockM * 64, &params.q_map, full, cb * 64, m0, h, b);
+        tma_load_4d(do_dst + cb * kBlockM * 64, &params.do_map, full, cb * 64, m0, h, b);
+      }
+      const std::int64_t stats_row =
+          (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + m0;
+      float* stats = row_stats + slot * 2 * kBlockM;
+      bulk_load(stats, p.lse_log2 + stats_row, cfg.row_stats_bytes(), full);
+      bulk_load(stats + kBlockM, p.delta + stats_row, cfg.row_stats_bytes(), full);
+    };
+    for (int it = 0; it < min(kStages, n_iters); ++it) load_step(it);
+    for (int it = 0; it < n_iters; ++it) {
+      // Step it landed: hand its slot to the consumers.
+      mbarrier_wait(&bars.q_full[it % kStages], (it / kStages) & 1);
+      named_barrier_arrive(kStepFullBarrier + it % kStages, kStepBarrierThreads);
+      // Refill the slot of step it - 1 once the consumers are done with it (after handing over
+      // step it, so that the consumers never wait for this refill).
+      const int done = it - 1;
+      if (done >= 0 && done + kStages < n_iters) {
         named_barrier_sync(kStepEmptyBarrier + done % kStages, kStepBarrierThreads);
         load_step(done + kStages);
-      }
-      // The tile's last step: once the consumers have retired it, the next tile's K and V
-      // (loading while the consumers write this tile's dK and dV).
-      if (advance(hands) && step + 1 < total) {
-        named_barrier_sync(kKvEmptyBarrier, kKvBarrierThreads);
-        load_kv(hands.tile);
       }
     }
     return;
@@ -303,40 +220,32 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   const int g = lane / 4, t = lane % 4;
   // This thread's key rows (block-local) key_row0 and key_row0 + 8, and which queries see them.
   const int key_row0 = consumer * 64 + warp_in_group * 16 + g;
+  const KeyRowVisibility seen_by[2] = {KeyRowVisibility(p, n0 + key_row0, klen, diagonal),
+                                       KeyRowVisibility(p, n0 + key_row0 + 8, klen, diagonal)};
   const T* const k_rows = k_tile + consumer * 64 * 64;  // this warpgroup's 64 keys, block 0
   const T* const v_rows = v_tile + consumer * 64 * 64;
   // dQ's B operand: K's columns consumer * kDqCols.. (a column block, or half of one for D 64).
   const T* const k_dq_cols =
       k_tile + (consumer * kDqCols / 64) * kBlockN * 64 + (consumer * kDqCols) % 64;
 
-  int step = 0;         // of the CTA's steps (ring slots, parities and dS buffers go by it)
-  int kv_phase = 0;     // of the K / V barrier: one phase per tile with steps
-  for (int r = 0, tile; (tile = cta_tile(r)) >= 0; ++r) {
-  const BwdTile job = tile_at(tile);
-  const KeyRowVisibility seen_by[2] = {
-      KeyRowVisibility(p, job.n0 + key_row0, job.klen, job.diagonal),
-      KeyRowVisibility(p, job.n0 + key_row0 + 8, job.klen, job.diagonal)};
   float acc_dk[kDTiles][4], acc_dv[kDTiles][4];
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[dt][e] = acc_dv[dt][e] = 0.0f;
 
-  if (job.n_iters > 0) {
-    mbarrier_wait(&bars.kv_full, kv_phase);
-    kv_phase ^= 1;
-  }
-  int m0 = job.m_begin * kBlockM;  // this step's first query row
-  for (int it = 0; it < job.n_iters; ++it, ++step) {
-    const int slot = step % kStages;
+  if (n_iters > 0) mbarrier_wait(&bars.kv_full, 0);
+  int m0 = m_begin * kBlockM;  // this step's first query row (step_m0, without the division)
+  for (int it = 0; it < n_iters; ++it) {
+    const int slot = it % kStages;
     const T* q_s = q_tiles + slot * kBlockM * kDim;
     const T* do_s = do_tiles + slot * kBlockM * kDim;
     // This step's lse * log2(e) and delta rows (from the prepare kernel's workspace).
     const std::uint32_t lse_s = smem_address(row_stats + slot * 2 * kBlockM + 2 * t);
     const std::uint32_t delta_s = lse_s + kBlockM * 4;
-    T* ds_s = ds_tiles + (step & 1) * kBlockN * kBlockM;
+    T* ds_s = ds_tiles + (it & 1) * kBlockN * kBlockM;
     named_barrier_sync(kStepFullBarrier + slot, kStepBarrierThreads);
-    mbarrier_wait(&bars.q_full[slot], (step / kStages) & 1);  // (completed: the wgmma's view)
+    mbarrier_wait(&bars.q_full[slot], (it / kStages) & 1);  // (completed: the wgmma's view)
 
     // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries each).
     float s[kQTiles][4], dp[kQTiles][4];
@@ -369,8 +278,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     fence_operand(s);
     // kCarryDk: the step before's dK and dV have retired too: nothing of its slot is read any
     // more, and the producer may refill it.
-    if (kCarryDk && step > 0 && step - 1 + kStages < total)
-      named_barrier_arrive(kStepEmptyBarrier + (step - 1) % kStages, kStepBarrierThreads);
+    if (kCarryDk && it > 0 && it - 1 + kStages < n_iters)
+      named_barrier_arrive(kStepEmptyBarrier + (it - 1) % kStages, kStepBarrierThreads);
 
     // P^T = 2^(S^T scale log2e - lse); keys a row does not see, and rows without keys, give 0.
     const int last_row = min(m0 + kBlockM, p.len_q) - 1;
@@ -474,14 +383,14 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       fence_operand(acc_dv);
       fence_operand(acc_dk);
       // Nothing of this slot is read any more: the producer may refill it.
-      if (step + kStages < total)
+      if (it + kStages < n_iters)
         named_barrier_arrive(kStepEmptyBarrier + slot, kStepBarrierThreads);
     }
     fence_operand(acc_dq);
 
     // This warpgroup's dQ sub-tile -> shared memory in fragment order (dq_layout.cuh), then the
     // dQ warp adds it to the workspace with one bulk reduction.
-    if (step > 0) named_barrier_sync(kDqEmptyBarrier + consumer, kDqBarrierThreads);
+    if (it > 0) named_barrier_sync(kDqEmptyBarrier + consumer, kDqBarrierThreads);
     const std::uint32_t dq_mine =
         smem_address(dq_stage + consumer * 64 * kDqCols + (threadIdx.x % 128) * 4);
 #pragma unroll
@@ -490,17 +399,14 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
                       acc_dq[nt][3]);
     fence_proxy_async_shared();
     named_barrier_arrive(kDqFullBarrier + consumer, kDqBarrierThreads);
-    m0 = m0 + kBlockM == job.m_end * kBlockM ? job.m_begin * kBlockM : m0 + kBlockM;
+    m0 = m0 + kBlockM == m_end * kBlockM ? m_begin * kBlockM : m0 + kBlockM;
   }
   wgmma_wait<0>();
   fence_operand(acc_dv);
   fence_operand(acc_dk);
-  // K and V are read no more: the producer may load the next tile's (if one has steps).
-  if (job.n_iters > 0 && step < total) named_barrier_arrive(kKvEmptyBarrier, kKvBarrierThreads);
 
   // Epilogue (zeros for keys that no query sees).
-  store_dk_dv_rows(p, acc_dk, acc_dv, job.b, job.hk, job.n0 + key_row0, 0, t);
-  }
+  store_dk_dv_rows(p, acc_dk, acc_dv, b, hk, n0 + key_row0, 0, t);
 #endif
 }
 

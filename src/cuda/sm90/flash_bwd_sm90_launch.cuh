@@ -1,12 +1,8 @@
 // Host launch of the sm90 backward: TMA descriptors of Q, K, V and dO, then the prepare kernel,
-// the sm90 kernel (a CTA per (key block, kv head, batch) tile, or persistent CTAs), and the dq
-// conversion.
+// one CTA per (key block, kv head, batch) of the sm90 kernel, and the dq conversion.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "cuda/common/launch.cuh"
@@ -15,17 +11,6 @@
 #include "cuda/sm90/tensor_maps.hpp"
 
 namespace tileattn::cuda {
-
-// Unset: fallback; "0": false; anything else: true.
-inline bool sm90_bwd_option(const char* name, bool fallback) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? fallback : std::strcmp(value, "0") != 0;
-}
-// Unset or not a positive number: 0.
-inline long sm90_bwd_count(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? 0 : std::max(0L, std::atol(value));
-}
 
 template <typename T, int kBucket>
 cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& call, cudaStream_t stream) {
@@ -46,34 +31,10 @@ cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& call, cudaStream_t strea
     return cudaErrorNotSupported;
   cudaError_t status = launch_flash_bwd_prepare<T>(p, stream);
   if (status != cudaSuccess) return status;
-  const std::int64_t tiles = static_cast<std::int64_t>(p.num_n_blocks) * p.heads_kv * p.batch;
-  params.num_tiles = static_cast<int>(tiles);
-  if (tiles > 0) {
-    // Persistent CTAs (one per SM): a CTA's next K / V load and first Q / dO loads run under
-    // its dK / dV epilogue. Every tile has the same steps without masks or key lengths;
-    // causal and window masks make them uneven, and the CTAs take them in pairs whose steps add
-    // up to about the same (common/bwd_tile_order.cuh). Key lengths vary per batch entry
-    // without such an order: one CTA per tile, which the hardware schedules.
-    // TILEATTN_SM90_BWD_PERSISTENT=0: one CTA per tile always; ..._PERSISTENT_MASKED=0: not
-    // with masks; TILEATTN_SM90_BWD_CTAS=n: at most n CTAs whatever the options (the tests use
-    // it to give every CTA several tiles, empty ones too, on small shapes).
-    const bool masked = p.window_left >= 0 || p.window_right >= 0;
-    const bool persistent =
-        p.key_lengths == nullptr && sm90_bwd_option("TILEATTN_SM90_BWD_PERSISTENT", true) &&
-        (!masked || sm90_bwd_option("TILEATTN_SM90_BWD_PERSISTENT_MASKED", true));
-    unsigned ctas = static_cast<unsigned>(tiles);
-    if (const long forced = sm90_bwd_count("TILEATTN_SM90_BWD_CTAS"); forced > 0) {
-      ctas = static_cast<unsigned>(std::min<long>(ctas, forced));
-    } else if (persistent) {
-      int device = 0, sms = 0;
-      status = cudaGetDevice(&device);
-      if (status == cudaSuccess)
-        status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-      if (status != cudaSuccess) return status;
-      ctas = std::min(ctas, static_cast<unsigned>(sms));
-    }
-    params.paired = masked && ctas < tiles ? 1 : 0;
-    status = launch_kernel(&flash_bwd_sm90_kernel<T, kBucket>, cfg, params, ctas, stream);
+  const std::int64_t ctas = static_cast<std::int64_t>(p.num_n_blocks) * p.heads_kv * p.batch;
+  if (ctas > 0) {
+    status = launch_kernel(&flash_bwd_sm90_kernel<T, kBucket>, cfg, params,
+                           static_cast<unsigned>(ctas), stream);
     if (status != cudaSuccess) return status;
   }
   return launch_flash_bwd_convert_dq<kBucket>(p, stream);
