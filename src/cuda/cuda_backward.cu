@@ -27,6 +27,13 @@ bool dq_vector_stores_ok(const AttnBackwardParams& p) {
          p.dq_stride_l % 8 == 0 && p.dq_stride_h % 8 == 0;
 }
 
+bool dkv_vector_stores_ok(const AttnBackwardParams& p) {
+  return p.dk_dtype != DType::f32 && p.dv_dtype != DType::f32 && p.dim % 8 == 0 &&
+         p.dim_v % 8 == 0 && aligned16(p.dk) && aligned16(p.dv) && p.dk_stride_b % 8 == 0 &&
+         p.dk_stride_l % 8 == 0 && p.dk_stride_h % 8 == 0 && p.dv_stride_b % 8 == 0 &&
+         p.dv_stride_l % 8 == 0 && p.dv_stride_h % 8 == 0;
+}
+
 bool dout_vector_loads_ok(const AttnBackwardParams& p) {
   return p.dout_dtype == p.dtype && p.dtype != DType::f32 && p.dim_v % 8 == 0 &&
          aligned16(p.dout) && p.do_stride_b % 8 == 0 && p.do_stride_l % 8 == 0 &&
@@ -104,6 +111,7 @@ void cuda_flash_backward(const AttnBackwardParams& p, void* stream) {
   k.dv_type = elem_type(p.dv_dtype);
   k.dout_vector_loads = dout_vector_loads_ok(p);
   k.dq_vector_stores = dq_vector_stores_ok(p);
+  k.dkv_vector_stores = dkv_vector_stores_ok(p);
   k.heads_kv = static_cast<int>(p.heads_kv);
   k.len_q_padded = static_cast<int>(len_q_padded);
 

@@ -22,6 +22,7 @@ struct FlashBwdParams : FlashFwdParams {
   ElemType dout_type, dq_type, dk_type, dv_type;
   bool dout_vector_loads;  // 16-byte cp.async loads of dout tiles are legal
   bool dq_vector_stores;   // dq: 16-byte stores of 8 elements are legal (16-bit, alignment)
+  bool dkv_vector_stores;  // dk and dv: the same (16-bit, dim and dim_v % 8, alignment)
 
   int heads_kv;
   int num_n_blocks;  // ceil(len_k / block_n): key blocks, one CTA each (x chunks x Hkv x B)
