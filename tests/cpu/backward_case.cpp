@@ -31,10 +31,14 @@ BackwardProblem::BackwardProblem(const Case& c, DType dtype, CpuIsa isa, Rng& rn
 }
 
 BackwardProblem::Gradients BackwardProblem::make_gradients() const {
+  return make_gradients(problem.dtype);
+}
+
+BackwardProblem::Gradients BackwardProblem::make_gradients(DType gradient_dtype) const {
   const Case& c = problem.c;
-  Gradients g{HostTensor::operand(problem.dtype, c.B, c.Lq, c.Hq, c.D, c.layout),
-              HostTensor::operand(problem.dtype, c.B, c.Lk, c.Hkv, c.D, c.layout),
-              HostTensor::operand(problem.dtype, c.B, c.Lk, c.Hkv, problem.Dv, c.layout)};
+  Gradients g{HostTensor::operand(gradient_dtype, c.B, c.Lq, c.Hq, c.D, c.layout),
+              HostTensor::operand(gradient_dtype, c.B, c.Lk, c.Hkv, c.D, c.layout),
+              HostTensor::operand(gradient_dtype, c.B, c.Lk, c.Hkv, problem.Dv, c.layout)};
   g.dq.poison();
   g.dk.poison();
   g.dv.poison();

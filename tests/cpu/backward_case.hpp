@@ -24,6 +24,7 @@ struct BackwardProblem {
     HostTensor dq, dk, dv;
   };
   Gradients make_gradients() const;
+  Gradients make_gradients(DType gradient_dtype) const;  // gradients of another float dtype
   AttentionBackwardArgs args(const Gradients& g, bool deterministic) const;
 
   Problem problem;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -166,7 +167,9 @@ void run_on_device(const AttentionBackwardArgs& args) {
   ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status);
 }
 
-void run_cuda_backward_case(const Case& c, DType dtype, bool deterministic) {
+// gradient_dtype: the dtype of dq, dk and dv (default: the inputs').
+void run_cuda_backward_case(const Case& c, DType dtype, bool deterministic,
+                            std::optional<DType> gradient_dtype = std::nullopt) {
   Rng rng = make_rng();
   const BackwardProblem bp(c, dtype, CpuIsa::best, rng);
   const std::int64_t Dv = bp.problem.Dv;
@@ -176,7 +179,8 @@ void run_cuda_backward_case(const Case& c, DType dtype, bool deterministic) {
                                  HostTensor::contiguous(DType::f32, {c.B, c.Lk, c.Hkv, Dv})};
   attention_backward(bp.args(ref, false), {Backend::reference, 2});
 
-  BackwardProblem::Gradients got = bp.make_gradients();
+  const DType grad_dtype = gradient_dtype.value_or(dtype);
+  BackwardProblem::Gradients got = bp.make_gradients(grad_dtype);
   const AttentionBackwardArgs host_args = bp.args(got, deterministic);
   SCOPED_TRACE(describe(host_args));
   DeviceProblem dev(bp);
@@ -190,7 +194,7 @@ void run_cuda_backward_case(const Case& c, DType dtype, bool deterministic) {
 
   // The kernel's own error: the same call with the reference forward's exact (f32) out.
   const bool rounded_out = bp.problem.out_dtype != DType::f32;
-  BackwardProblem::Gradients own = bp.make_gradients();
+  BackwardProblem::Gradients own = bp.make_gradients(grad_dtype);
   if (rounded_out) {
     HostTensor exact_out = HostTensor::contiguous(DType::f32, {c.B, c.Lq, c.Hq, Dv});
     AttentionBackwardArgs exact = bp.args(own, deterministic);
@@ -266,6 +270,29 @@ INSTANTIATE_TEST_SUITE_P(All, CudaBackward,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::f16, DType::f32),
                                             ::testing::ValuesIn(backward_cases())),
                          param_name);
+
+// Gradients of another dtype than the inputs: f32 gradients take the kernels' per-element
+// dK / dV epilogue (and the scalar dQ conversion), 16-bit ones of the other 16-bit type the
+// staged epilogue with a conversion other than the kernel's element type; a row length that is
+// no multiple of 128 bytes (D 72) and partial key blocks.
+TEST(CudaBackwardGradientDtypes, Small_MixedWithInputs) {
+  TILEATTN_REQUIRE_CUDA();
+  TILEATTN_TRACE_SEED();
+  Case c;
+  c.name = "gradient_dtypes";
+  c.B = 2, c.Lq = 150, c.Lk = 300, c.Hq = 4, c.Hkv = 2, c.D = 72, c.causal = true;
+  const std::pair<DType, DType> pairs[] = {{DType::bf16, DType::f32},
+                                           {DType::f16, DType::f32},
+                                           {DType::bf16, DType::f16},
+                                           {DType::f16, DType::bf16}};
+  for (const auto& [inputs, gradients] : pairs)
+    for (const int dim : {72, 128}) {
+      c.D = dim;
+      SCOPED_TRACE(std::string("inputs ") + to_string(inputs) + ", gradients " +
+                   to_string(gradients) + ", D " + std::to_string(dim));
+      run_cuda_backward_case(c, inputs, false, gradients);
+    }
+}
 
 // Deterministic mode: still correct, and the same bits from run to run (several key blocks add
 // to each query block's dQ, with GQA, causal/window edges and partial blocks).
