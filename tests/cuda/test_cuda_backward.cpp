@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backward_case.hpp"
@@ -280,7 +281,7 @@ TEST(CudaBackwardGradientDtypes, Small_MixedWithInputs) {
   TILEATTN_TRACE_SEED();
   Case c;
   c.name = "gradient_dtypes";
-  c.B = 2, c.Lq = 150, c.Lk = 300, c.Hq = 4, c.Hkv = 2, c.D = 72, c.causal = true;
+  c.B = 2, c.Lq = 150, c.Lk = 300, c.Hq = 4, c.Hkv = 2, c.causal = true;
   const std::pair<DType, DType> pairs[] = {{DType::bf16, DType::f32},
                                            {DType::f16, DType::f32},
                                            {DType::bf16, DType::f16},
