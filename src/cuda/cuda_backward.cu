@@ -22,22 +22,30 @@ namespace {
 // past its (b, h) row of the workspace.
 constexpr std::int64_t kWorkspaceRowAlign = 128;
 
+// A 16-bit tensor whose rows of `cols` elements can be read or written as 16-byte chunks of 8
+// elements (aligned base and strides).
+bool rows_in_16_byte_chunks(DType dtype, std::int64_t cols, const void* data, std::int64_t stride_b,
+                            std::int64_t stride_l, std::int64_t stride_h) {
+  return dtype != DType::f32 && cols % 8 == 0 && aligned16(data) && stride_b % 8 == 0 &&
+         stride_l % 8 == 0 && stride_h % 8 == 0;
+}
+
 bool dq_vector_stores_ok(const AttnBackwardParams& p) {
-  return p.dq_dtype != DType::f32 && p.dim % 8 == 0 && aligned16(p.dq) && p.dq_stride_b % 8 == 0 &&
-         p.dq_stride_l % 8 == 0 && p.dq_stride_h % 8 == 0;
+  return rows_in_16_byte_chunks(p.dq_dtype, p.dim, p.dq, p.dq_stride_b, p.dq_stride_l,
+                                p.dq_stride_h);
 }
 
 bool dkv_vector_stores_ok(const AttnBackwardParams& p) {
-  return p.dk_dtype != DType::f32 && p.dv_dtype != DType::f32 && p.dim % 8 == 0 &&
-         p.dim_v % 8 == 0 && aligned16(p.dk) && aligned16(p.dv) && p.dk_stride_b % 8 == 0 &&
-         p.dk_stride_l % 8 == 0 && p.dk_stride_h % 8 == 0 && p.dv_stride_b % 8 == 0 &&
-         p.dv_stride_l % 8 == 0 && p.dv_stride_h % 8 == 0;
+  return rows_in_16_byte_chunks(p.dk_dtype, p.dim, p.dk, p.dk_stride_b, p.dk_stride_l,
+                                p.dk_stride_h) &&
+         rows_in_16_byte_chunks(p.dv_dtype, p.dim_v, p.dv, p.dv_stride_b, p.dv_stride_l,
+                                p.dv_stride_h);
 }
 
 bool dout_vector_loads_ok(const AttnBackwardParams& p) {
-  return p.dout_dtype == p.dtype && p.dtype != DType::f32 && p.dim_v % 8 == 0 &&
-         aligned16(p.dout) && p.do_stride_b % 8 == 0 && p.do_stride_l % 8 == 0 &&
-         p.do_stride_h % 8 == 0;
+  return p.dout_dtype == p.dtype && rows_in_16_byte_chunks(p.dout_dtype, p.dim_v, p.dout,
+                                                           p.do_stride_b, p.do_stride_l,
+                                                           p.do_stride_h);
 }
 
 template <typename T, int kBucket>
