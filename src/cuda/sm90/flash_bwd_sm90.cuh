@@ -311,16 +311,15 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
                            sw128_desc(do_s + cb * kBlockM * 64 + in_row, 16, 1024), ks > 0);
     }
     wgmma_commit();
-    // Where registers allow (D 64; at D 128 the extra live registers spill), the step's lse
-    // rows are loaded while the GEMMs run, and delta's under the dP^T GEMM: the loads are asm
-    // volatile and stay where they are written, and loaded at their use they stall the
-    // exponentials (ncu at D 128: ~5% of the stall samples).
-    constexpr bool kPrefetchRows = kDim <= 64;
+    // The step's lse rows are loaded while the GEMMs run, and delta's under the dP^T GEMM (the
+    // loads are asm volatile and stay where they are written): all of them where registers
+    // allow (D 64), else the first kAhead n8 tiles' worth, each later tile's kAhead tiles
+    // before its use. Loaded at their use they stalled the exponentials and dS (ncu, D 128,
+    // L 2048: ~14% of the step loop's stall samples, behind the LDS latency).
+    constexpr int kAhead = kDim <= 64 ? kQTiles : 4;
     float2 lse2[kQTiles], delta2[kQTiles];
-    if constexpr (kPrefetchRows) {
 #pragma unroll
-      for (int nt = 0; nt < kQTiles; ++nt) lse2[nt] = load_shared_v2(lse_s + nt * 32);
-    }
+    for (int nt = 0; nt < kAhead; ++nt) lse2[nt] = load_shared_v2(lse_s + nt * 32);
     wgmma_wait<1>();
     fence_operand(s);
     // kCarryDk: the step before's dK and dV have retired too: nothing of its slot is read any
@@ -333,7 +332,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     const bool edge = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
-      if constexpr (!kPrefetchRows) lse2[nt] = load_shared_v2(lse_s + nt * 32);
+      if (nt + kAhead < kQTiles) lse2[nt + kAhead] = load_shared_v2(lse_s + (nt + kAhead) * 32);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float lse = (e & 1) ? lse2[nt].y : lse2[nt].x;
@@ -365,10 +364,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       issue_dv();
       wgmma_commit();
     }
-    if constexpr (kPrefetchRows) {
 #pragma unroll
-      for (int nt = 0; nt < kQTiles; ++nt) delta2[nt] = load_shared_v2(delta_s + nt * 32);
-    }
+    for (int nt = 0; nt < kAhead; ++nt) delta2[nt] = load_shared_v2(delta_s + nt * 32);
     wgmma_wait<kEarlyDv ? 1 : 0>();  // dP^T is ready; an early dV may still run
     fence_operand(dp);
 
@@ -377,7 +374,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     std::uint32_t da[kBlockM / 16][4];
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
-      if constexpr (!kPrefetchRows) delta2[nt] = load_shared_v2(delta_s + nt * 32);
+      if (nt + kAhead < kQTiles)
+        delta2[nt + kAhead] = load_shared_v2(delta_s + (nt + kAhead) * 32);
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - ((e & 1) ? delta2[nt].y : delta2[nt].x);
 #pragma unroll
