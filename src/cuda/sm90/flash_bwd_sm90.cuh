@@ -274,6 +274,16 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   // dQ's B operand: K's columns consumer * kDqCols.. (a column block, or half of one for D 64).
   const T* const k_dq_cols =
       k_tile + (consumer * kDqCols / 64) * kBlockN * 64 + (consumer * kDqCols) % 64;
+  // Descriptor low words (sw128_desc_lo) of the loop-invariant tiles: K-major K and V rows for
+  // S^T / dP^T, MN-major K columns for dQ.
+  const std::uint32_t k_lo = sw128_desc_lo(k_rows, 16), v_lo = sw128_desc_lo(v_rows, 16);
+  const std::uint32_t k_dq_lo = sw128_desc_lo(k_dq_cols, kBlockN * 128);
+  constexpr std::uint32_t kElt = sizeof(T);
+  // This thread's dS^T element (row key_row0, 4-byte column t of query tile 0) in dS^T tile 0,
+  // swizzled like the TMA tiles (16-byte chunk c of row r at c ^ (r % 8)): row bases are 128-byte
+  // aligned and chunk indices below 8, so query tile nt's chunk is this address ^ (nt * 16).
+  static_assert(kQTiles == 8, "one 128-byte row of dS^T per key");
+  const std::uint32_t ds_thread = smem_address(ds_tiles) + key_row0 * 128 + (key_row0 % 8) * 16 + 4 * t;
 
   float acc_dk[kDTiles][4], acc_dv[kDTiles][4];
 #pragma unroll
@@ -291,6 +301,12 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     const std::uint32_t lse_s = smem_address(row_stats + slot * 2 * kBlockM + 2 * t);
     const std::uint32_t delta_s = lse_s + kBlockM * 4;
     T* ds_s = ds_tiles + (it & 1) * kBlockN * kBlockM;
+    // This step's descriptor low words: Q and dO K-major (S^T, dP^T) and MN-major (dK, dV), dS^T.
+    const std::uint32_t q_lo = sw128_desc_lo(q_s, 16), do_lo = sw128_desc_lo(do_s, 16);
+    const std::uint32_t q_mn_lo = sw128_desc_lo(q_s, kBlockM * 128);
+    const std::uint32_t do_mn_lo = sw128_desc_lo(do_s, kBlockM * 128);
+    const std::uint32_t ds_lo = sw128_desc_lo(ds_s, kBlockN * 128);
+    const std::uint32_t ds_mine = ds_thread + (it & 1) * kBlockN * kBlockM * kElt;
     named_barrier_sync(kStepFullBarrier + slot, kStepBarrierThreads);
     mbarrier_wait(&bars.q_full[slot], (it / kStages) & 1);  // (completed: the wgmma's view)
 
@@ -300,15 +316,17 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
 #pragma unroll
     for (int ks = 0; ks < kDim / 16; ++ks) {
       const int cb = ks / 4, in_row = (ks % 4) * 16;
-      wgmma_ss<T, kBlockM>(s, sw128_desc(k_rows + cb * kBlockN * 64 + in_row, 16, 1024),
-                           sw128_desc(q_s + cb * kBlockM * 64 + in_row, 16, 1024), ks > 0);
+      wgmma_ss<T, kBlockM>(s, sw128_desc_at(k_lo, (cb * kBlockN * 64 + in_row) * kElt, 1024),
+                           sw128_desc_at(q_lo, (cb * kBlockM * 64 + in_row) * kElt, 1024),
+                           ks > 0);
     }
     wgmma_commit();
 #pragma unroll
     for (int ks = 0; ks < kDim / 16; ++ks) {
       const int cb = ks / 4, in_row = (ks % 4) * 16;
-      wgmma_ss<T, kBlockM>(dp, sw128_desc(v_rows + cb * kBlockN * 64 + in_row, 16, 1024),
-                           sw128_desc(do_s + cb * kBlockM * 64 + in_row, 16, 1024), ks > 0);
+      wgmma_ss<T, kBlockM>(dp, sw128_desc_at(v_lo, (cb * kBlockN * 64 + in_row) * kElt, 1024),
+                           sw128_desc_at(do_lo, (cb * kBlockM * 64 + in_row) * kElt, 1024),
+                           ks > 0);
     }
     wgmma_commit();
     // The step's lse rows are loaded while the GEMMs run, and delta's under the dP^T GEMM (the
@@ -329,7 +347,12 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
 
     // P^T = 2^(S^T scale log2e - lse); keys a row does not see, and rows without keys, give 0.
     const int last_row = min(m0 + kBlockM, p.len_q) - 1;
-    const bool edge = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
+    // kMaskBranch (D 128): the masking is a warp-uniform branch after the exponentials, which
+    // the (usual) interior steps skip; inline, its compares and selects are ~130 of a step's
+    // instructions. A/B: D 128 +2-10%, D 64 -2-3% (inline there).
+    constexpr bool kMaskBranch = kDim > 64;
+    const bool edge_here = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
+    const bool edge = kMaskBranch ? __any_sync(0xffffffffu, edge_here) : edge_here;
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
       if (nt + kAhead < kQTiles) lse2[nt + kAhead] = load_shared_v2(lse_s + (nt + kAhead) * 32);
@@ -337,8 +360,16 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       for (int e = 0; e < 4; ++e) {
         const float lse = (e & 1) ? lse2[nt].y : lse2[nt].x;
         s[nt][e] = exp2_approx(fmaf(s[nt][e], p.scale_log2, -lse));
-        if (edge && !seen_by[e / 2].sees(m0 + nt * 8 + 2 * t + (e & 1))) s[nt][e] = 0.0f;
+        if (!kMaskBranch && edge && !seen_by[e / 2].sees(m0 + nt * 8 + 2 * t + (e & 1)))
+          s[nt][e] = 0.0f;
       }
+    }
+    if (kMaskBranch && edge) {
+#pragma unroll
+      for (int nt = 0; nt < kQTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (!seen_by[e / 2].sees(m0 + nt * 8 + 2 * t + (e & 1))) s[nt][e] = 0.0f;
     }
     std::uint32_t pa[kBlockM / 16][4];
 #pragma unroll
@@ -356,7 +387,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     auto issue_dv = [&] {
 #pragma unroll
       for (int ks = 0; ks < kBlockM / 16; ++ks)
-        wgmma_rs<T, kDim>(acc_dv, pa[ks], sw128_desc(do_s + ks * 16 * 64, kBlockM * 128, 1024));
+        wgmma_rs<T, kDim>(acc_dv, pa[ks], sw128_desc_at(do_mn_lo, ks * 16 * 64 * kElt, 1024));
     };
     if constexpr (kEarlyDv) {
       fence_operand(acc_dv);
@@ -369,8 +400,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     wgmma_wait<kEarlyDv ? 1 : 0>();  // dP^T is ready; an early dV may still run
     fence_operand(dp);
 
-    // dS^T = P^T o (dP^T - delta), packed as the dK GEMM's A operand and stored (swizzled like
-    // the TMA tiles: 16-byte chunk c of row r at c ^ (r % 8)) for dQ.
+    // dS^T = P^T o (dP^T - delta), packed as the dK GEMM's A operand and stored for dQ.
     std::uint32_t da[kBlockM / 16][4];
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
@@ -380,10 +410,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - ((e & 1) ? delta2[nt].y : delta2[nt].x);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int row = key_row0 + 8 * hh;
         const std::uint32_t packed = MmaType<T>::pack(s[nt][2 * hh], s[nt][2 * hh + 1]);
-        *reinterpret_cast<std::uint32_t*>(ds_s + row * 64 + ((nt ^ (row % 8)) * 8) + 2 * t) =
-            packed;
+        store_shared_u32((ds_mine + hh * 8 * 128) ^ (nt * 16), packed);
         da[nt / 2][(nt % 2) * 2 + hh] = packed;
       }
     }
@@ -402,7 +430,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       if constexpr (!kEarlyDv) issue_dv();
 #pragma unroll
       for (int ks = 0; ks < kBlockM / 16; ++ks)
-        wgmma_rs<T, kDim>(acc_dk, da[ks], sw128_desc(q_s + ks * 16 * 64, kBlockM * 128, 1024));
+        wgmma_rs<T, kDim>(acc_dk, da[ks], sw128_desc_at(q_mn_lo, ks * 16 * 64 * kElt, 1024));
       wgmma_commit();
     };
     if constexpr (!kCarryDk) {
@@ -417,8 +445,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kBlockN / 16; ++ks)
-      wgmma_ss_tt<T, kDqCols>(acc_dq, sw128_desc(ds_s + ks * 16 * 64, kBlockN * 128, 1024),
-                              sw128_desc(k_dq_cols + ks * 16 * 64, kBlockN * 128, 1024), ks > 0);
+      wgmma_ss_tt<T, kDqCols>(acc_dq, sw128_desc_at(ds_lo, ks * 16 * 64 * kElt, 1024),
+                              sw128_desc_at(k_dq_lo, ks * 16 * 64 * kElt, 1024), ks > 0);
     wgmma_commit();
     if constexpr (kCarryDk) {
       issue_dk();
