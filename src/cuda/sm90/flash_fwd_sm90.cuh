@@ -314,8 +314,13 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   constexpr bool kOpaqueQDesc = kDim > 128;
   static_assert(!kOpaqueQDesc || kQStages == 1, "q_desc0 is computed once, for one Q buffer");
   const std::uint64_t q_desc0 = sw128_desc(q_group, 16, 1024);
+  // K and V descriptors: the ring's low word (sw128_desc_lo) plus the slot's and the k-step's
+  // byte offsets, one 32-bit add each.
+  constexpr std::uint32_t kTileBytes = kBlockN * kDim * sizeof(T);
+  const std::uint32_t k_ring_lo = sw128_desc_lo(k_tiles, 16);
+  const std::uint32_t v_ring_lo = sw128_desc_lo(v_tiles, kBlockN * 128);
   auto issue_qk = [&](float (&s)[kNTiles][4], int slot) {
-    const T* k_tile = k_tiles + slot * kBlockN * kDim;
+    const std::uint32_t k_lo = k_ring_lo + ((slot * kTileBytes) >> 4);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kDim / 16; ++ks) {
@@ -324,18 +329,19 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       const std::uint64_t q_desc =
           kOpaqueQDesc ? desc_add_volatile(q_desc0, q_offset * static_cast<int>(sizeof(T)) / 16)
                        : sw128_desc(q_group + q_offset, 16, 1024);
-      wgmma_ss<T, kBlockN>(s, q_desc, sw128_desc(k_tile + col_block * kBlockN * 64 + in_row, 16, 1024),
-                           ks > 0);
+      wgmma_ss<T, kBlockN>(
+          s, q_desc,
+          sw128_desc_at(k_lo, (col_block * kBlockN * 64 + in_row) * sizeof(T), 1024), ks > 0);
     }
     wgmma_commit();
   };
   auto issue_pv = [&](const std::uint32_t (&pa)[kBlockN / 16][4], int slot) {
-    const T* v_tile = v_tiles + slot * kBlockN * kDim;
+    const std::uint32_t v_lo = v_ring_lo + ((slot * kTileBytes) >> 4);
     fence_operand(acc_o);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kBlockN / 16; ++ks)
-      wgmma_rs<T, kDim>(acc_o, pa[ks], sw128_desc(v_tile + ks * 16 * 64, kBlockN * 128, 1024));
+      wgmma_rs<T, kDim>(acc_o, pa[ks], sw128_desc_at(v_lo, ks * 16 * 64 * sizeof(T), 1024));
     wgmma_commit();
   };
   // One arrival per warp; __syncwarp first so that every lane's reads of the slot happen before
