@@ -283,7 +283,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   // swizzled like the TMA tiles (16-byte chunk c of row r at c ^ (r % 8)): row bases are 128-byte
   // aligned and chunk indices below 8, so query tile nt's chunk is this address ^ (nt * 16).
   static_assert(kQTiles == 8, "one 128-byte row of dS^T per key");
-  const std::uint32_t ds_thread = smem_address(ds_tiles) + key_row0 * 128 + (key_row0 % 8) * 16 + 4 * t;
+  const std::uint32_t ds_thread =
+      smem_address(ds_tiles) + key_row0 * 128 + (key_row0 % 8) * 16 + 4 * t;
 
   float acc_dk[kDTiles][4], acc_dv[kDTiles][4];
 #pragma unroll
@@ -349,7 +350,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     const int last_row = min(m0 + kBlockM, p.len_q) - 1;
     // kMaskBranch (D 128): the masking is a warp-uniform branch after the exponentials, which
     // the (usual) interior steps skip; inline, its compares and selects are ~130 of a step's
-    // instructions. A/B: D 128 +2-10%, D 64 -2-3% (inline there).
+    // instructions. A/B: D 128 +1-10%, D 64 -2-3% (inline there).
     constexpr bool kMaskBranch = kDim > 64;
     const bool edge_here = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
     const bool edge = kMaskBranch ? __any_sync(0xffffffffu, edge_here) : edge_here;
