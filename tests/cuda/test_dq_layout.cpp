@@ -46,9 +46,9 @@ void check_layout(int cols, int bucket) {
 }
 
 TEST(CudaDqLayout, FragmentOrderMatchesTheConvertKernel) {
-  check_layout(32, 64);   // D 64: one 32-column sub-tile per consumer warpgroup
+  check_layout(32, 64);   // half the columns per consumer warpgroup (block_m 64 at D 64)
   check_layout(64, 128);  // D 128: one 64-column sub-tile per consumer warpgroup
-  check_layout(64, 64);   // one 64-column sub-tile per region
+  check_layout(64, 64);   // D 64 (block_m 128): each warpgroup its own 64-row region
 }
 
 }  // namespace

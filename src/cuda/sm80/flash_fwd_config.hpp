@@ -121,14 +121,19 @@ constexpr BwdTileConfig bwd_tile_config(int bucket) {
 
 // The sm90 backward kernel (wgmma + TMA, fast score path, D <= 128): one producer warpgroup and
 // two consumer warpgroups of 64 keys each (block_n = 128 keys of one kv head); per step of
-// block_m = 64 query rows S^T and dP^T (wgmma, K / V x Q / dO from shared memory), dV and dK
-// (wgmma, P^T / dS^T from registers) and dQ = dS K (wgmma, dS^T through shared memory, each
-// warpgroup half of the head dim's columns).
+// block_m query rows S^T and dP^T (wgmma, K / V x Q / dO from shared memory), dV and dK
+// (wgmma, P^T / dS^T from registers) and dQ = dS K (wgmma, dS^T through shared memory). dQ is
+// split between the warpgroups by columns at block_m 64 (each half of the head dim's columns of
+// all 64 rows) and by rows at block_m 128 (each its 64 rows, all columns).
 struct Sm90BwdTileConfig {
   int head_dim, block_m, block_n, stages;
   int producer_registers, consumer_registers;
   static constexpr int consumer_warp_groups = 2;
   constexpr int threads() const { return (consumer_warp_groups + 1) * 128; }
+  constexpr bool dq_split_by_rows() const { return block_m == 128; }
+  // Columns of one warpgroup's dQ sub-tile (64 rows), and of dq_accum's tiled layout
+  // (dq_layout.cuh).
+  constexpr int dq_cols() const { return dq_split_by_rows() ? head_dim : head_dim / 2; }
   constexpr int kv_tile_bytes() const { return block_n * head_dim * 2; }
   constexpr int q_tile_bytes() const { return block_m * head_dim * 2; }
   constexpr int ds_tile_bytes() const { return block_n * block_m * 2; }
@@ -144,7 +149,7 @@ struct Sm90BwdTileConfig {
 
 constexpr Sm90BwdTileConfig sm90_bwd_tile_config(int bucket) {
   switch (bucket) {
-    case 64: return {64, 64, 128, 2, 24, 240};    // 115 KB shared memory
+    case 64: return {64, 128, 128, 2, 24, 240};   // 196 KB shared memory
     case 128: return {128, 64, 128, 2, 24, 240};  // 195 KB
     default: return {0, 0, 0, 0, 0, 0};
   }

@@ -5,7 +5,8 @@
 //
 // One CTA = one producer warpgroup + two consumer warpgroups, and owns block_n = 128 keys of one
 // (kv head, batch); consumer warpgroup c owns keys 64c..64c+63 of the block. The CTA visits the
-// query blocks (block_m = 64 rows) of every query head of its kv head that see any of its keys.
+// query blocks (block_m rows: 128 at D 64, 64 at D 128) of every query head of its kv head that
+// see any of its keys.
 //   producer  one warp (lane 0 issues): K and V once, then per step Q and dO (TMA) and the
 //             step's lse and delta rows (bulk copies) into a ring of `stages` slots. The copies
 //             complete on a per-slot mbarrier, which only the producer warp waits for; it then
@@ -18,9 +19,10 @@
 //               P^T  = 2^(S^T scale log2e - lse), dS^T = P^T o (dP^T - delta)   (registers)
 //               dV  += P^T dO, dK += dS^T Q        (wgmma, P^T and dS^T from registers)
 //               dS^T -> shared memory; both warpgroups sync; then
-//               dQ   = dS K for half of the head dim's columns each (wgmma, dS^T and K read
-//                      transposed), written to shared memory in fragment order
-//                      (cuda/common/dq_layout.cuh).
+//               dQ   = dS K (wgmma, dS^T and K read transposed): at block_m 64 each warpgroup
+//                      half of the head dim's columns of all 64 rows, at block_m 128 all
+//                      columns of its own 64 rows; written to shared memory in fragment
+//                      order (cuda/common/dq_layout.cuh).
 //             At D 128 dK is issued after dQ and left in flight into the next step (kCarryDk).
 //             The consumer warpgroup index comes from a shuffle, so that the descriptors of
 //             its K / V rows are warp-uniform values (uniform registers, no spills).
@@ -130,9 +132,13 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   constexpr int kStages = cfg.stages, kColBlocks = kDim / 64;
   constexpr int kQTiles = kBlockM / 8;  // n8 tiles of S^T / dP^T (query columns)
   constexpr int kDTiles = kDim / 8;     // n8 tiles of dK / dV
-  constexpr int kDqCols = kDim / 2;     // dQ columns per consumer warpgroup
+  // dQ per consumer warpgroup: 64 rows x kDqCols columns; by rows (block_m 128), the rows
+  // 64 c.. of the step's, else all 64 rows and the columns kDqCols c...
+  constexpr bool kDqByRows = cfg.dq_split_by_rows();
+  constexpr int kDqCols = cfg.dq_cols();
   constexpr bool kCarryDk = kDim > 64;  // dK stays in flight into the next step (see below)
-  static_assert(kBlockM == 64 && kBlockN == 128 && kDim % 64 == 0, "tile shapes");
+  static_assert((kBlockM == 64 || kBlockM == 128) && kBlockN == 128 && kDim % 64 == 0,
+                "tile shapes");
   static_assert(cfg.producer_registers * 128 + cfg.consumer_registers * 256 <=
                     setmaxnreg_pool(cfg.threads()),
                 "register budget");
@@ -193,7 +199,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
             ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + m * kBlockM) * kDim;
         if (++m == m_end) m = m_begin, ++h;
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
+        for (int c = 0; c < 2; ++c) {  // (by rows, sub-tile c is rows 64 c..: the same offset)
           named_barrier_sync(kDqFullBarrier + c, kDqBarrierThreads);
           if (threadIdx.x == 32)
             bulk_reduce_add_f32(dst + c * 64 * kDqCols, dq_stage + c * 64 * kDqCols,
@@ -271,18 +277,23 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
                                        KeyRowVisibility(p, n0 + key_row0 + 8, klen, diagonal)};
   const T* const k_rows = k_tile + consumer * 64 * 64;  // this warpgroup's 64 keys, block 0
   const T* const v_rows = v_tile + consumer * 64 * 64;
-  // dQ's B operand: K's columns consumer * kDqCols.. (a column block, or half of one for D 64).
+  // dQ's B operand: K's columns consumer * kDqCols.. (by columns: a column block, or half of
+  // one at D 64), or all of them (kDqByRows).
   const T* const k_dq_cols =
-      k_tile + (consumer * kDqCols / 64) * kBlockN * 64 + (consumer * kDqCols) % 64;
+      kDqByRows ? k_tile
+                : k_tile + (consumer * kDqCols / 64) * kBlockN * 64 + (consumer * kDqCols) % 64;
   // Descriptor low words (sw128_desc_lo) of the loop-invariant tiles: K-major K and V rows for
   // S^T / dP^T, MN-major K columns for dQ.
   const std::uint32_t k_lo = sw128_desc_lo(k_rows, 16), v_lo = sw128_desc_lo(v_rows, 16);
   const std::uint32_t k_dq_lo = sw128_desc_lo(k_dq_cols, kBlockN * 128);
   constexpr std::uint32_t kElt = sizeof(T);
   // This thread's dS^T element (row key_row0, 4-byte column t of query tile 0) in dS^T tile 0,
-  // swizzled like the TMA tiles (16-byte chunk c of row r at c ^ (r % 8)): row bases are 128-byte
-  // aligned and chunk indices below 8, so query tile nt's chunk is this address ^ (nt * 16).
-  static_assert(kQTiles == 8, "one 128-byte row of dS^T per key");
+  // stored as block_m / 64 column blocks of (block_n, 64) and swizzled like the TMA tiles
+  // (16-byte chunk c of row r at c ^ (r % 8)): row bases are 128-byte aligned and chunk indices
+  // below 8, so query tile nt's chunk is (this address ^ (nt % 8 * 16)) plus its column
+  // block's offset.
+  static_assert(kQTiles % 8 == 0, "128-byte rows of dS^T per key and column block");
+  constexpr std::uint32_t kDsColBlockBytes = kBlockN * 128;
   const std::uint32_t ds_thread =
       smem_address(ds_tiles) + key_row0 * 128 + (key_row0 % 8) * 16 + 4 * t;
 
@@ -335,7 +346,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     // allow (D 64), else the first kAhead n8 tiles' worth, each later tile's kAhead tiles
     // before its use. Loaded at their use they stalled the exponentials and dS (ncu, D 128,
     // L 2048: ~14% of the step loop's stall samples, behind the LDS latency).
-    constexpr int kAhead = kDim <= 64 ? kQTiles : 4;
+    constexpr int kAhead = kDim * kBlockM <= 64 * 64 ? kQTiles : 4;
     float2 lse2[kQTiles], delta2[kQTiles];
 #pragma unroll
     for (int nt = 0; nt < kAhead; ++nt) lse2[nt] = load_shared_v2(lse_s + nt * 32);
@@ -372,19 +383,26 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
         for (int e = 0; e < 4; ++e)
           if (!seen_by[e / 2].sees(m0 + nt * 8 + 2 * t + (e & 1))) s[nt][e] = 0.0f;
     }
+    // P^T packed as the dV GEMM's A operand: here with an early dV, else (block_m 128) tile by
+    // tile in the dS loop below, so that S^T, dP^T and the packed P^T are never all live
+    // (64 + 64 + 32 registers with the accumulators' 64).
+    constexpr bool kPackPLate = kBlockM > 64;
     std::uint32_t pa[kBlockM / 16][4];
+    const auto pack_p = [&](int nt) {
 #pragma unroll
-    for (int ks = 0; ks < kBlockM / 16; ++ks) {
-      pa[ks][0] = MmaType<T>::pack(s[2 * ks][0], s[2 * ks][1]);
-      pa[ks][1] = MmaType<T>::pack(s[2 * ks][2], s[2 * ks][3]);
-      pa[ks][2] = MmaType<T>::pack(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-      pa[ks][3] = MmaType<T>::pack(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+      for (int hh = 0; hh < 2; ++hh)
+        pa[nt / 2][(nt % 2) * 2 + hh] = MmaType<T>::pack(s[nt][2 * hh], s[nt][2 * hh + 1]);
+    };
+    if constexpr (!kPackPLate) {
+#pragma unroll
+      for (int nt = 0; nt < kQTiles; ++nt) pack_p(nt);
     }
     // dV += P^T dO (B read MN-major: rows of dO are the k index). At D 128 it is issued right
     // away, to run under the dP^T GEMM's tail and the dS computation (+4-7% in an A/B, although
     // ptxas then spills 68 bytes); at D 64 that order measured 15-20% slower, and dV goes with
     // dK below.
     constexpr bool kEarlyDv = kDim > 64;
+    static_assert(!(kEarlyDv && kPackPLate), "an early dV needs P^T packed first");
     auto issue_dv = [&] {
 #pragma unroll
       for (int ks = 0; ks < kBlockM / 16; ++ks)
@@ -407,12 +425,17 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     for (int nt = 0; nt < kQTiles; ++nt) {
       if (nt + kAhead < kQTiles)
         delta2[nt + kAhead] = load_shared_v2(delta_s + (nt + kAhead) * 32);
+      if constexpr (kPackPLate) pack_p(nt);
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - ((e & 1) ? delta2[nt].y : delta2[nt].x);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const std::uint32_t packed = MmaType<T>::pack(s[nt][2 * hh], s[nt][2 * hh + 1]);
-        store_shared_u32((ds_mine + hh * 8 * 128) ^ (nt * 16), packed);
+        // (The column block's offset is added after the XOR, which it does not touch: at
+        // block_m 64 the code is then the same as before block_m 128 existed.)
+        std::uint32_t at = (ds_mine + hh * 8 * 128) ^ (nt % 8 * 16);
+        if (nt >= 8) at += (nt / 8) * kDsColBlockBytes;
+        store_shared_u32(at, packed);
         da[nt / 2][(nt % 2) * 2 + hh] = packed;
       }
     }
@@ -442,11 +465,13 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     }
     fence_proxy_async_shared();
     named_barrier_sync(kDsReadyBarrier, 256);
+    // (kDqByRows: dS over this warpgroup's queries, column block `consumer` of dS^T.)
+    const std::uint32_t ds_rows = kDqByRows ? consumer * kDsColBlockBytes : 0;
     float acc_dq[kDqCols / 8][4];
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kBlockN / 16; ++ks)
-      wgmma_ss_tt<T, kDqCols>(acc_dq, sw128_desc_at(ds_lo, ks * 16 * 64 * kElt, 1024),
+      wgmma_ss_tt<T, kDqCols>(acc_dq, sw128_desc_at(ds_lo, ds_rows + ks * 16 * 64 * kElt, 1024),
                               sw128_desc_at(k_dq_lo, ks * 16 * 64 * kElt, 1024), ks > 0);
     wgmma_commit();
     if constexpr (kCarryDk) {

@@ -17,7 +17,7 @@ cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& call, cudaStream_t strea
   constexpr Sm90BwdTileConfig cfg = sm90_bwd_tile_config(kBucket);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   FlashBwdParams p = call;
-  p.dq_tile_cols = kBucket / 2;  // dq_accum in the tiled layout (dq_layout.cuh)
+  p.dq_tile_cols = cfg.dq_cols();  // dq_accum in the tiled layout (dq_layout.cuh)
   Sm90BwdParams params{};
   params.base = p;
   if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, p.len_q, p.heads_q, p.batch,
