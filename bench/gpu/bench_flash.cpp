@@ -202,18 +202,25 @@ int main(int argc, char** argv) {
                              (causal ? 2.0 : 1.0) * (backward ? 2.5 : 1.0);
         const double tflops = flops / (median * 1e-3) / 1e12;
         // The kernel the dispatcher picks: sm90 (wgmma + TMA) on compute capability 9.0 for
-        // 16-bit inputs unless TILEATTN_CUDA_DISABLE_SM90=1, else sm80 (mma.sync).
+        // 16-bit inputs (the backward: D <= 128) unless TILEATTN_CUDA_DISABLE_SM90=1, else sm80
+        // (mma.sync).
         const int bucket = tileattn::cuda::head_dim_bucket(D);
         const char* disable = std::getenv("TILEATTN_CUDA_DISABLE_SM90");
-        const bool sm90 = !backward && prop.major == 9 && prop.minor == 0 &&
+        const bool sm90 = (!backward || D <= 128) && prop.major == 9 && prop.minor == 0 &&
                           !(disable != nullptr && std::strcmp(disable, "1") == 0);
         const auto cfg = tileattn::cuda::tile_config(bucket);
         const auto cfg90 = tileattn::cuda::sm90_tile_config(tileattn::cuda::sm90_bucket(D));
         const auto cfg_bwd = tileattn::cuda::bwd_tile_config(tileattn::cuda::bwd_bucket(D));
-        const int block_m = backward ? cfg_bwd.block_m : sm90 ? cfg90.block_m : cfg.block_m;
-        const int block_n = backward ? cfg_bwd.block_n() : sm90 ? cfg90.block_n : cfg.block_n;
-        const int warps = backward ? cfg_bwd.warps : sm90 ? cfg90.consumer_warp_groups * 4 : cfg.warps;
-        const int stages = backward ? 2 : sm90 ? cfg90.stages : cfg.stages;
+        const auto cfg90_bwd = tileattn::cuda::sm90_bwd_tile_config(tileattn::cuda::bwd_bucket(D));
+        int block_m = cfg.block_m, block_n = cfg.block_n, warps = cfg.warps, stages = cfg.stages;
+        if (backward && sm90)
+          block_m = cfg90_bwd.block_m, block_n = cfg90_bwd.block_n,
+          warps = cfg90_bwd.consumer_warp_groups * 4, stages = cfg90_bwd.stages;
+        else if (backward)
+          block_m = cfg_bwd.block_m, block_n = cfg_bwd.block_n(), warps = cfg_bwd.warps, stages = 2;
+        else if (sm90)
+          block_m = cfg90.block_m, block_n = cfg90.block_n,
+          warps = cfg90.consumer_warp_groups * 4, stages = cfg90.stages;
         std::printf("%5d %6d %6d %4lld %4lld %10.4f %9.1f  %s %d x %d, %d, %d  %4.0f MHz %3.0f W\n",
                     D, causal, L, static_cast<long long>(B), static_cast<long long>(H), median,
                     tflops, sm90 ? "sm90" : "sm80", block_m, block_n, warps, stages,

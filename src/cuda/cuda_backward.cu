@@ -66,10 +66,10 @@ cudaError_t launch_type(int bucket, const cuda::FlashBwdParams& k, bool general,
 }
 
 // The sm90 backward covers the fast score path with 16-bit storage (dout of the same type),
-// 16-byte aligned rows and D <= 128, in non-deterministic mode, on an sm_90a build and device.
+// 16-byte aligned rows and D <= 128 (deterministic mode too), on an sm_90a build and device.
 bool sm90_backward_applies(const AttnBackwardParams& p, bool general, int bucket) {
-  return !general && !p.deterministic && bucket <= 128 && vector_loads_ok(p) &&
-         dout_vector_loads_ok(p) && use_sm90(p.device_index);
+  return !general && bucket <= 128 && vector_loads_ok(p) && dout_vector_loads_ok(p) &&
+         use_sm90(p.device_index);
 }
 
 cudaError_t launch_sm90(int bucket, DType dtype, const cuda::FlashBwdParams& k,
@@ -123,7 +123,11 @@ void cuda_flash_backward(const AttnBackwardParams& p, void* stream) {
   k.heads_kv = static_cast<int>(p.heads_kv);
   k.len_q_padded = static_cast<int>(len_q_padded);
 
-  // Workspace: dQ accumulator, delta, lse * log2(e), and the deterministic mode's turn counters.
+  // Workspace: dQ accumulator, delta, lse * log2(e), and the deterministic mode's turn counters
+  // (one per query block and column chunk of the sm80 kernel; the sm90 kernel's query blocks
+  // are no smaller and it has one chunk).
+  static_assert(cuda::sm90_bwd_tile_config(64).block_m >= cuda::bwd_tile_config(64).block_m &&
+                cuda::sm90_bwd_tile_config(128).block_m >= cuda::bwd_tile_config(128).block_m);
   const std::size_t accum_floats = static_cast<std::size_t>(workspace_rows) * bucket;
   const std::size_t turns =
       p.deterministic ? static_cast<std::size_t>(p.batch * p.heads_q * m_blocks * cfg.chunks())

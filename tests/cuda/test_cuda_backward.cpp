@@ -296,33 +296,36 @@ TEST(CudaBackwardGradientDtypes, Small_MixedWithInputs) {
 }
 
 // Deterministic mode: still correct, and the same bits from run to run (several key blocks add
-// to each query block's dQ, with GQA, causal/window edges and partial blocks).
+// to each query block's dQ, with GQA, causal/window edges and partial blocks). D 64 and 128:
+// both sm90 instantiations on Hopper.
 TEST(CudaBackwardDeterminism, Small_IdenticalBits) {
   TILEATTN_REQUIRE_CUDA();
   TILEATTN_TRACE_SEED();
-  for (const bool causal : {false, true}) {
-    Case c;
-    c.name = causal ? "causal" : "plain";
-    c.B = 2, c.Lq = 333, c.Lk = 400, c.Hq = 4, c.Hkv = 2, c.D = 64, c.causal = causal;
-    c.window_left = causal ? 150 : -1;
-    run_cuda_backward_case(c, DType::bf16, true);
+  for (const int dim : {64, 128}) {
+    for (const bool causal : {false, true}) {
+      Case c;
+      c.name = std::string(causal ? "causal" : "plain") + " D " + std::to_string(dim);
+      c.B = 2, c.Lq = 333, c.Lk = 400, c.Hq = 4, c.Hkv = 2, c.D = dim, c.causal = causal;
+      c.window_left = causal ? 150 : -1;
+      run_cuda_backward_case(c, DType::bf16, true);
 
-    Rng rng = make_rng();
-    const BackwardProblem bp(c, DType::bf16, CpuIsa::best, rng);
-    const DeviceProblem dev(bp);
-    std::vector<std::uint8_t> first;
-    for (int run = 0; run < 4; ++run) {
-      BackwardProblem::Gradients g = bp.make_gradients();
-      const DeviceGradients dev_g(g);
-      run_on_device(dev.args(bp.args(g, true), dev_g));
-      dev_g.download(g);
-      std::vector<std::uint8_t> bytes = g.dq.bytes();
-      bytes.insert(bytes.end(), g.dk.bytes().begin(), g.dk.bytes().end());
-      bytes.insert(bytes.end(), g.dv.bytes().begin(), g.dv.bytes().end());
-      if (run == 0)
-        first = bytes;
-      else
-        EXPECT_TRUE(bytes == first) << c.name << ", run " << run << ": gradients differ";
+      Rng rng = make_rng();
+      const BackwardProblem bp(c, DType::bf16, CpuIsa::best, rng);
+      const DeviceProblem dev(bp);
+      std::vector<std::uint8_t> first;
+      for (int run = 0; run < 4; ++run) {
+        BackwardProblem::Gradients g = bp.make_gradients();
+        const DeviceGradients dev_g(g);
+        run_on_device(dev.args(bp.args(g, true), dev_g));
+        dev_g.download(g);
+        std::vector<std::uint8_t> bytes = g.dq.bytes();
+        bytes.insert(bytes.end(), g.dk.bytes().begin(), g.dk.bytes().end());
+        bytes.insert(bytes.end(), g.dv.bytes().begin(), g.dv.bytes().end());
+        if (run == 0)
+          first = bytes;
+        else
+          EXPECT_TRUE(bytes == first) << c.name << ", run " << run << ": gradients differ";
+      }
     }
   }
 }

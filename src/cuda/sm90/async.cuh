@@ -159,6 +159,10 @@ __device__ __forceinline__ float2 load_shared_v2(std::uint32_t address) {
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// The same between the generic proxy and the async proxy (bulk copies, TMA) in global memory.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
 
 // L2 policies: data read once (evicted first) and data many CTAs re-read (evicted last).
 __device__ __forceinline__ std::uint64_t l2_evict_first() {

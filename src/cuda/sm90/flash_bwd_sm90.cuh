@@ -123,7 +123,10 @@ __device__ __forceinline__ void store_dk_dv_staged(const FlashBwdParams& p,
   }
 }
 
-template <typename T, int kBucket>
+// kDeterministic: dQ added in key-block order (p.dq_turn), see the dQ warp. A template
+// argument rather than a run-time test: with the test in the loop, the default kernel measured
+// -1% at D 128 (ptxas no longer unrolled the dQ warp's loop).
+template <typename T, int kBucket, bool kDeterministic>
 __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -197,6 +200,19 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
         float* dst =
             p.dq_accum +
             ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + m * kBlockM) * kDim;
+        // kDeterministic: this key block adds to query block m's dQ once the key blocks before
+        // it have (turn counters as in the sm80 kernel; a CTA waits only for CTAs of lower
+        // index, which started before it).
+        int* turn = nullptr;
+        if constexpr (kDeterministic) {
+          turn = p.dq_turn + (static_cast<std::int64_t>(b) * p.heads_q + h) * p.num_m_blocks + m;
+          const int my_turn = n_block - first_key_block_seen<kBlockM, kBlockN>(p, m, diagonal);
+          if (threadIdx.x == 32) {
+            while (load_acquire(turn) != my_turn) __nanosleep(32);
+            fence_proxy_async_global();  // the bulk reductions below come after the acquire
+          }
+          __syncwarp();
+        }
         if (++m == m_end) m = m_begin, ++h;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {  // (by rows, sub-tile c is rows 64 c..: the same offset)
@@ -213,6 +229,14 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
         if (it + 1 < n_iters) {
           named_barrier_arrive(kDqEmptyBarrier, kDqBarrierThreads);
           named_barrier_arrive(kDqEmptyBarrier + 1, kDqBarrierThreads);
+        }
+        if constexpr (kDeterministic) {
+          if (threadIdx.x == 32) {  // pass the turn once the adds are done
+            bulk_wait_all<false>();
+            fence_proxy_async_global();
+            __threadfence();
+            atomicAdd(turn, 1);
+          }
         }
       }
       if (threadIdx.x == 32) bulk_wait_all<false>();

@@ -33,8 +33,11 @@ cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& call, cudaStream_t strea
   if (status != cudaSuccess) return status;
   const std::int64_t ctas = static_cast<std::int64_t>(p.num_n_blocks) * p.heads_kv * p.batch;
   if (ctas > 0) {
-    status = launch_kernel(&flash_bwd_sm90_kernel<T, kBucket>, cfg, params,
-                           static_cast<unsigned>(ctas), stream);
+    status = p.dq_turn != nullptr
+                 ? launch_kernel(&flash_bwd_sm90_kernel<T, kBucket, true>, cfg, params,
+                                 static_cast<unsigned>(ctas), stream)
+                 : launch_kernel(&flash_bwd_sm90_kernel<T, kBucket, false>, cfg, params,
+                                 static_cast<unsigned>(ctas), stream);
     if (status != cudaSuccess) return status;
   }
   return launch_flash_bwd_convert_dq<kBucket>(p, stream);
