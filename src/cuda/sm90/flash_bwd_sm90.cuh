@@ -367,9 +367,10 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     wgmma_commit();
     // The step's lse rows are loaded while the GEMMs run, and delta's under the dP^T GEMM (the
     // loads are asm volatile and stay where they are written): all of them where registers
-    // allow (D 64), else the first kAhead n8 tiles' worth, each later tile's kAhead tiles
-    // before its use. Loaded at their use they stalled the exponentials and dS (ncu, D 128,
-    // L 2048: ~14% of the step loop's stall samples, behind the LDS latency).
+    // allow (block_m 64 at D 64, a tile no longer used), else the first kAhead n8 tiles'
+    // worth, each later tile's kAhead tiles before its use. Loaded at their use they stalled
+    // the exponentials and dS (ncu, D 128, L 2048: ~14% of the step loop's stall samples,
+    // behind the LDS latency).
     constexpr int kAhead = kDim * kBlockM <= 64 * 64 ? kQTiles : 4;
     float2 lse2[kQTiles], delta2[kQTiles];
 #pragma unroll
@@ -385,7 +386,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     const int last_row = min(m0 + kBlockM, p.len_q) - 1;
     // kMaskBranch (D 128): the masking is a warp-uniform branch after the exponentials, which
     // the (usual) interior steps skip; inline, its compares and selects are ~130 of a step's
-    // instructions. A/B: D 128 +1-10%, D 64 -2-3% (inline there).
+    // instructions. A/B: D 128 +1-10%, D 64 -2-3% (block_m 64; inline there).
     constexpr bool kMaskBranch = kDim > 64;
     const bool edge_here = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
     const bool edge = kMaskBranch ? __any_sync(0xffffffffu, edge_here) : edge_here;
@@ -423,8 +424,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     }
     // dV += P^T dO (B read MN-major: rows of dO are the k index). At D 128 it is issued right
     // away, to run under the dP^T GEMM's tail and the dS computation (+4-7% in an A/B, although
-    // ptxas then spills 68 bytes); at D 64 that order measured 15-20% slower, and dV goes with
-    // dK below.
+    // ptxas then spills 68 bytes); at D 64 (block_m 64) that order measured 15-20% slower,
+    // and dV goes with dK below.
     constexpr bool kEarlyDv = kDim > 64;
     static_assert(!(kEarlyDv && kPackPLate), "an early dV needs P^T packed first");
     auto issue_dv = [&] {
@@ -471,7 +472,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     //     next step's S^T (groups complete in order), which then releases this step's slot.
     //     (Only accumulators read after the loop may stay in flight across the back edge: an
     //     accumulator read inside the loop with a wgmma carried over makes ptxas serialise every
-    //     wgmma of the kernel.) A/B: D 128 +1.5-2.5%, D 64 -1-2%.
+    //     wgmma of the kernel.) A/B: D 128 +1.5-2.5%, D 64 -1-2% (block_m 64).
     //   otherwise: dK (and dV) before the dS barrier, so that they run while it waits, then dQ,
     //     and the step ends with everything retired.
     const auto issue_dk = [&] {
