@@ -1,6 +1,7 @@
 // Instantiation table of the sm90 (wgmma + TMA) backward: {f16, bf16} x head-dim bucket {64, 128}
-// (fast score path only) = 4 kernels, one translation unit per bucket
-// (flash_bwd_sm90_hdim*.cu). The kernels have bodies only in the sm_90a pass.
+// (fast score path only) = 4 launchers, one translation unit per bucket
+// (flash_bwd_sm90_hdim*.cu); each launches one of two kernels, default or deterministic. The
+// kernels have bodies only in the sm_90a pass.
 #pragma once
 
 #include <cuda_bf16.h>
