@@ -3,7 +3,8 @@
 //
 // Work is processed in phases of (batch, kv head) pairs whose packed K/V fit a small budget:
 // all threads pack a phase's K/V once, then share its query tiles (every query head of each
-// pair's group), longest first so that causal work balances between threads.
+// pair's group), pair by pair and longest first within a pair, so that causal work balances
+// between threads while the tiles running together share one pair's K/V in the caches.
 #include "cpu/flash_forward.hpp"
 
 #include <algorithm>
@@ -372,8 +373,12 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
             }
           }
         }
-        std::stable_sort(work.begin(), work.end(),
-                         [](const WorkItem& a, const WorkItem& c) { return a.cost > c.cost; });
+        // Longest first within each (batch, kv head) pair, the pairs in order: the tiles that
+        // run one after another share the pair's K and V (hot in the caches), and the
+        // dynamic schedule still balances the threads up to the last pair's short tiles.
+        std::stable_sort(work.begin(), work.end(), [](const WorkItem& a, const WorkItem& c) {
+          return a.pair != c.pair ? a.pair < c.pair : a.cost > c.cost;
+        });
       }
 #pragma omp for schedule(dynamic, 1)
       for (std::size_t w = 0; w < work.size(); ++w) {
