@@ -446,10 +446,16 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        float block_max = -INFINITY;
+        // The row's maximum as a tree (depth log2 of the row's elements instead of one long
+        // chain of dependent FMNMX: the max is on the softmax's critical path).
+        float tree[kNTiles];
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-          block_max = fmaxf(block_max, fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]));
+        for (int nt = 0; nt < kNTiles; ++nt) tree[nt] = fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]);
+#pragma unroll
+        for (int n = kNTiles; n > 1; n = (n + 1) / 2)
+#pragma unroll
+          for (int i = 0; i < n / 2; ++i) tree[i] = fmaxf(tree[i], tree[i + (n + 1) / 2]);
+        float block_max = tree[0];
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
         // Fast path: max on raw scores (scale > 0), p = 2^(x scale log2 e - max): one FFMA
