@@ -118,6 +118,16 @@ struct Sm90Barriers {
 // compute-sanitizer's racecheck models bar.sync / bar.arrive but not mbarrier parity waits.
 inline constexpr int kTurnBarrier = 1;
 
+// v[0] = max of v[0..N), by pairs at strides 1, 2, 4, ... (log2 N dependent steps).
+template <int N, int kStride = 1>
+__device__ __forceinline__ void max_tree(float (&v)[N]) {
+  if constexpr (kStride < N) {
+#pragma unroll
+    for (int i = 0; i + kStride < N; i += 2 * kStride) v[i] = fmaxf(v[i], v[i + kStride]);
+    max_tree<N, 2 * kStride>(v);
+  }
+}
+
 template <typename T, int kBucket, bool kGeneral>
 __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Sm90FwdParams params) {
@@ -451,10 +461,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         float tree[kNTiles];
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) tree[nt] = fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]);
-#pragma unroll
-        for (int n = kNTiles; n > 1; n = (n + 1) / 2)
-#pragma unroll
-          for (int i = 0; i < n / 2; ++i) tree[i] = fmaxf(tree[i], tree[i + (n + 1) / 2]);
+        max_tree(tree);
         float block_max = tree[0];
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
