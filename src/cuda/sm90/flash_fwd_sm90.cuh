@@ -456,12 +456,18 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        // The row's maximum as a tree (depth log2 of the row's elements instead of one long
-        // chain of dependent FMNMX: the max is on the softmax's critical path).
+        // The row's maximum: in the fast kernels as a tree (depth log2 of the row's elements
+        // instead of one chain of dependent FMNMX: the max is on the softmax's critical path);
+        // in the general kernels a chain (the tree raised their spills at D 128 and 256).
         float tree[kNTiles];
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) tree[nt] = fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]);
-        max_tree(tree);
+        if constexpr (kGeneral) {
+#pragma unroll
+          for (int nt = 1; nt < kNTiles; ++nt) tree[0] = fmaxf(tree[0], tree[nt]);
+        } else {
+          max_tree(tree);
+        }
         float block_max = tree[0];
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
