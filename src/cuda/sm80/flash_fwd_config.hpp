@@ -52,6 +52,9 @@ struct Sm90TileConfig {
   int head_dim, block_m, block_n, consumer_warp_groups, stages;
   int producer_registers, consumer_registers;
   int q_stages;  // Q buffers: 2 lets the producer load the next tile's Q during this tile
+  // Every exp_poly_every-th n8 tile of a row's scores takes its exponentials on the FMA pipes
+  // (exp2_poly) instead of the MUFU, which the softmax otherwise saturates (0: none).
+  int exp_poly_every = 0;
   constexpr int threads() const { return (consumer_warp_groups + 1) * 128; }
   constexpr int q_tile_bytes() const { return block_m * head_dim * 2; }
   constexpr int kv_tile_bytes() const { return block_n * head_dim * 2; }
@@ -72,8 +75,8 @@ constexpr int sm90_bucket(int dim) {
 // Every tile choice of the sm90 kernel (the sm80 twin is tile_config above).
 constexpr Sm90TileConfig sm90_tile_config(int bucket) {
   switch (bucket) {
-    case 64: return {64, 128, 128, 2, 4, 24, 240, 2};    // 178 KB shared memory
-    case 128: return {128, 128, 128, 2, 2, 24, 240, 1};  // 194 KB (a second Q buffer: 226 KB, -8..15%)
+    case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 8};    // 178 KB shared memory
+    case 128: return {128, 128, 128, 2, 2, 24, 240, 1, 8};  // 194 KB (a second Q buffer: 226 KB, -8..15%)
     case 256: return {256, 128, 80, 2, 2, 24, 240, 1};   // 226 KB
     default: return {0, 0, 0, 0, 0, 0, 0, 0};
   }

@@ -489,7 +489,9 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float& x = s[nt][2 * hh + e];
-            x = exp2_approx(fmaf(x, scale, -base));
+            constexpr int kPolyEvery = cfg.exp_poly_every;
+            const bool poly = kPolyEvery > 0 && nt % kPolyEvery == kPolyEvery - 1;
+            x = poly ? exp2_poly(fmaf(x, scale, -base)) : exp2_approx(fmaf(x, scale, -base));
             sum += x;
           }
         row_sum[hh] = row_sum[hh] * rescale[hh] + sum;
