@@ -489,8 +489,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float& x = s[nt][2 * hh + e];
-            constexpr int kPolyEvery = cfg.exp_poly_every;
-            const bool poly = kPolyEvery > 0 && nt % kPolyEvery == kPolyEvery - 1;
+            constexpr int kEvery = cfg.exp_poly_every > 0 ? cfg.exp_poly_every : kNTiles + 1;
+            const bool poly = nt % kEvery == kEvery - 1;
             x = poly ? exp2_poly(fmaf(x, scale, -base)) : exp2_approx(fmaf(x, scale, -base));
             sum += x;
           }
