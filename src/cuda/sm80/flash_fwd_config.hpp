@@ -75,8 +75,8 @@ constexpr int sm90_bucket(int dim) {
 // Every tile choice of the sm90 kernel (the sm80 twin is tile_config above).
 constexpr Sm90TileConfig sm90_tile_config(int bucket) {
   switch (bucket) {
-    case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 8};    // 178 KB shared memory
-    case 128: return {128, 128, 128, 2, 2, 24, 240, 1, 8};  // 194 KB (a second Q buffer: 226 KB, -8..15%)
+    case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 4};    // 178 KB shared memory
+    case 128: return {128, 128, 128, 2, 2, 24, 240, 1, 4};  // 194 KB (a second Q buffer: 226 KB, -8..15%)
     case 256: return {256, 128, 80, 2, 2, 24, 240, 1};   // 226 KB
     default: return {0, 0, 0, 0, 0, 0, 0, 0};
   }
