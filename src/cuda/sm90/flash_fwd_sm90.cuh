@@ -28,6 +28,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#ifdef TILEATTN_FWD_TRACE
+#include <cstdio>
+#endif
 
 #include "cuda/common/elements.cuh"
 #include "cuda/common/launch.cuh"
@@ -127,6 +130,32 @@ __device__ __forceinline__ void max_tree(float (&v)[N]) {
     max_tree<N, 2 * kStride>(v);
   }
 }
+
+#ifdef TILEATTN_FWD_TRACE
+// Measurement build only (-DTILEATTN_FWD_TRACE): lane 0 of each consumer warpgroup's first warp
+// in CTA 0 stores clock64() at eight points of every key block of its first tile in the launch
+// numbered kTraceLaunch to global memory; print_fwd_trace_kernel (launched after each forward)
+// prints them (docs/perf/gpu.md, session 15). No printf in the kernel itself: a call inside it
+// makes ptxas serialise the wgmmas.
+inline constexpr int kTraceIters = 24, kTracePoints = 8, kTraceLaunch = 3;
+static __device__ unsigned g_trace_launches[4];  // per consumer warpgroup
+static __device__ long long g_trace[4][kTraceIters][kTracePoints];
+static __device__ int g_trace_blocks[4];
+static __global__ void print_fwd_trace_kernel() {
+  for (int c = 0; c < 4; ++c) {
+    for (int i = 1; i < g_trace_blocks[c] && i < kTraceIters; ++i) {
+      const long long* t = g_trace[c][i];
+      printf("trace wg %d block %d: %lld %lld %lld %lld %lld %lld %lld %lld\n", c, i, t[0], t[1],
+             t[2], t[3], t[4], t[5], t[6], t[7]);
+    }
+    g_trace_blocks[c] = 0;
+  }
+}
+#define TILEATTN_TRACE(i, k) \
+  do { if (tracing && (i) < kTraceIters) g_trace[consumer][i][k] = clock64(); } while (0)
+#else
+#define TILEATTN_TRACE(i, k) do { } while (0)
+#endif
 
 template <typename T, int kBucket, bool kGeneral>
 __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
@@ -378,6 +407,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     }
   };
 
+#ifdef TILEATTN_FWD_TRACE
+  bool tracing = blockIdx.x == 0 && warp_in_group == 0 && lane == 0 &&
+                 atomicAdd(&g_trace_launches[consumer], 1u) == kTraceLaunch;
+#endif
   int kv_it = 0;
   for (int q_pass = 0;; ++q_pass) {
     named_barrier_sync(kTileFullBarrier + consumer, kTileFullThreads);
@@ -528,20 +561,28 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
       for (int i = 1; i < w.n_blocks; ++i) {
         const int it = kv_it + i, slot = it % kStages, prev = (it - 1) % kStages;
+        TILEATTN_TRACE(i, 0);
         take_turn();
+        TILEATTN_TRACE(i, 1);
         mbarrier_wait(&bars.k_full[slot], (it / kStages) & 1);
+        TILEATTN_TRACE(i, 2);
         issue_qk(s, slot);
+        TILEATTN_TRACE(i, 3);
         rescale_o(rescale);
         mbarrier_wait(&bars.v_full[prev], ((it - 1) / kStages) & 1);
         issue_pv(pa, prev);
         pass_turn();
+        TILEATTN_TRACE(i, 4);
         wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
         fence_operand(s);
+        TILEATTN_TRACE(i, 5);
         release(&bars.k_empty[slot]);
         if (i == w.n_blocks - 1) release(&bars.q_empty[q_slot]);
         softmax(s, w.n_block_begin + i, rescale);
+        TILEATTN_TRACE(i, 6);
         wgmma_wait<0>();
         fence_operand(acc_o);
+        TILEATTN_TRACE(i, 7);
         release(&bars.v_empty[prev]);
         to_operand(s, pa);
       }
@@ -556,6 +597,12 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       release(&bars.v_empty[last]);
       kv_it += w.n_blocks;
     }
+#ifdef TILEATTN_FWD_TRACE
+    if (tracing) {
+      tracing = false;
+      g_trace_blocks[consumer] = w.n_blocks;
+    }
+#endif
 
     // Epilogue: O / l, staged through shared memory (16-byte chunks XOR-swizzled by row, so
     // both the fragment writes and the row reads are free of bank conflicts) and written with

@@ -70,8 +70,12 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
   const unsigned blocks = sm90_option("TILEATTN_SM90_PERSISTENT", true)
                               ? std::min(tiles, static_cast<unsigned>(sms))
                               : tiles;
-  return launch_kernel(&flash_fwd_sm90_kernel<T, kBucket, kGeneral>, cfg, params, blocks,
-                       stream);
+  const cudaError_t launched =
+      launch_kernel(&flash_fwd_sm90_kernel<T, kBucket, kGeneral>, cfg, params, blocks, stream);
+#ifdef TILEATTN_FWD_TRACE
+  print_fwd_trace_kernel<<<1, 1, 0, stream>>>();
+#endif
+  return launched;
 }
 
 #define TILEATTN_DEFINE_FLASH_FWD_SM90(T, bucket, general) \
