@@ -33,6 +33,7 @@
 #endif
 
 #include "cuda/common/elements.cuh"
+#include "cuda/common/exp2_poly.cuh"
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/score_mods.cuh"
