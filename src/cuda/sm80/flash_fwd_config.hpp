@@ -75,7 +75,7 @@ constexpr int sm90_bucket(int dim) {
 // Every tile choice of the sm90 kernel (the sm80 twin is tile_config above).
 constexpr Sm90TileConfig sm90_tile_config(int bucket) {
   switch (bucket) {
-    // D 64: exp2_poly on every 8th n8 tile (session 15 A/B: +0.5..1.6% on top of the max tree;
+    // D 64: exp2_poly on every 8th n8 tile (session 15 A/B: +0.3..1.6% on top of the max tree;
     // every 4th: slower; at D 128 every 8th cost 2-4%).
     case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 8};  // 178 KB shared memory
     case 128: return {128, 128, 128, 2, 2, 24, 240, 1};  // 194 KB (a second Q buffer: 226 KB, -8..15%)
