@@ -12,7 +12,7 @@
 namespace tileattn::test {
 namespace {
 
-TEST(Exp2Poly, RelativeErrorBelowBound) {
+TEST(CudaExp2Poly, RelativeErrorBelowBound) {
   // Lazy rescaling keeps the arguments at or below 8 (log2 units); test up to 127.
   double worst = 0.0;
   float worst_x = 0.0f;
@@ -29,14 +29,14 @@ TEST(Exp2Poly, RelativeErrorBelowBound) {
   EXPECT_GT(worst, 1e-6);  // a cubic cannot be exact: the check would pass an ex2 stand-in
 }
 
-TEST(Exp2Poly, PowersOfTwoAtIntegers) {
+TEST(CudaExp2Poly, PowersOfTwoAtIntegers) {
   for (int n = -126; n <= 127; ++n) {
     const float y = cuda::exp2_poly(static_cast<float>(n));
     EXPECT_NEAR(y / std::ldexp(1.0f, n), 1.0f, 7.6e-5f) << "n = " << n;
   }
 }
 
-TEST(Exp2Poly, MaskedAndUnderflowingScoresGiveZero) {
+TEST(CudaExp2Poly, MaskedAndUnderflowingScoresGiveZero) {
   const float inf = std::numeric_limits<float>::infinity();
   for (float x : {-inf, -1e30f, -1000.0f, -200.0f, -127.0f, -126.6f}) {
     const float y = cuda::exp2_poly(x);
