@@ -90,6 +90,12 @@ Problem::Problem(const Case& cs, DType dt, Rng& rng)
       v(HostTensor::operand(dt, cs.B, cs.Lk, cs.Hkv, Dv, cs.layout)) {
   q.fill_normal(rng);
   k.fill_normal(rng);
+  if (c.key_ramp != 0.0f) {
+    for (std::int64_t n = 0; n < k.numel(); ++n) {
+      const std::int64_t j = n / (c.Hkv * c.D) % c.Lk;  // logical [B, Lk, Hkv, D]
+      k.set(n, k.get(n) * (1.0f + c.key_ramp * static_cast<float>(j) / static_cast<float>(c.Lk)));
+    }
+  }
   v.fill_normal(rng);
   mask = make_mask(c, rng);
   if (c.key_lengths != KeyLengths::none) {

@@ -43,6 +43,9 @@ struct Case {
   float scale = 0.0f;
   OutDType out = OutDType::same;
   float dropout = 0.0f;  // dropout_p; seed and offset are drawn per run
+  // Key j scaled by 1 + key_ramp * j / Lk: scores grow along the keys, so a row's running
+  // maximum keeps jumping from one key block to the next.
+  float key_ramp = 0.0f;
   int threads = 2;
   bool large = false;  // lengths shrink with TILEATTN_TEST_SCALE
 };

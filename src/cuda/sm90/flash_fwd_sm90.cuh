@@ -132,6 +132,16 @@ __device__ __forceinline__ void max_tree(float (&v)[N]) {
   }
 }
 
+// a if kFirst, else b (a reference chosen at compile time).
+template <bool kFirst, typename A>
+__device__ __forceinline__ A& pick(A& a, A& b) {
+  if constexpr (kFirst) {
+    return a;
+  } else {
+    return b;
+  }
+}
+
 #ifdef TILEATTN_FWD_TRACE
 // Measurement build only (-DTILEATTN_FWD_TRACE): lane 0 of each consumer warpgroup's first warp
 // in CTA 0 stores clock64() at eight points of every key block of its first tile in the launch
@@ -170,8 +180,11 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   constexpr int kNTiles = kBlockN / 8, kDTiles = kDim / 8, kColBlocks = kDim / 64;
   static_assert(kBlockM == 64 * cfg.consumer_warp_groups && kDim % 64 == 0 && kBlockN % 16 == 0);
   static_assert(kConsumerWarps == kSm90ConsumerWarps);
-  // The kernels where ptxas spills re-read the epilogue's coordinates (see the epilogue).
-  constexpr bool kRereadCoords = kDim > 128 || kGeneral;
+  // The kernels where ptxas spills re-read the epilogue's coordinates (see the epilogue), and
+  // so do the speculating ones (their scores and probabilities are apart: 64 more registers).
+  constexpr bool kSpeculate = cfg.speculate_max && !kGeneral;
+  constexpr bool kPackEarly = kSpeculate && kDim >= 128;  // see block_softmax
+  constexpr bool kRereadCoords = kDim > 128 || kGeneral || kSpeculate;
   constexpr int kConsumerGroups = cfg.consumer_warp_groups;
   constexpr int kTileFullBarrier = kTurnBarrier + 2 * kConsumerGroups;  // + consumer
   constexpr int kTileEmptyBarrier = kTileFullBarrier + kConsumerGroups;
@@ -357,6 +370,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   // K and V descriptors: the ring's low word (sw128_desc_lo) plus the slot's and the k-step's
   // byte offsets, one 32-bit add each.
   constexpr std::uint32_t kTileBytes = kBlockN * kDim * sizeof(T);
+  using POperand = std::uint32_t[kBlockN / 16][4];  // P, the P V wgmma's register operand
   const std::uint32_t k_ring_lo = sw128_desc_lo(k_tiles, 16);
   const std::uint32_t v_ring_lo = sw128_desc_lo(v_tiles, kBlockN * 128);
   auto issue_qk = [&](float (&s)[kNTiles][4], int slot) {
@@ -375,7 +389,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     }
     wgmma_commit();
   };
-  auto issue_pv = [&](const std::uint32_t (&pa)[kBlockN / 16][4], int slot) {
+  auto issue_pv = [&](const POperand& pa, int slot) {
     const std::uint32_t v_lo = v_ring_lo + ((slot * kTileBytes) >> 4);
     fence_operand(acc_o);
     wgmma_fence();
@@ -398,7 +412,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       for (int e = 0; e < 4; ++e) acc_o[dt][e] *= rescale[e >> 1];
   };
   // P as wgmma A fragments: the C fragments of n8 tiles 2k and 2k+1 form k16 step k.
-  auto to_operand = [&](const float (&s)[kNTiles][4], std::uint32_t (&pa)[kBlockN / 16][4]) {
+  auto to_operand = [&](const float (&s)[kNTiles][4], POperand& pa) {
 #pragma unroll
     for (int ks = 0; ks < kBlockN / 16; ++ks) {
       pa[ks][0] = MmaType<T>::pack(s[2 * ks][0], s[2 * ks][1]);
@@ -412,6 +426,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   bool tracing = blockIdx.x == 0 && warp_in_group == 0 && lane == 0 &&
                  atomicAdd(&g_trace_launches[consumer], 1u) == kTraceLaunch;
 #endif
+  const float speculation_limit = exp2f(params.rescale_threshold);  // see softmax
   int kv_it = 0;
   for (int q_pass = 0;; ++q_pass) {
     named_barrier_sync(kTileFullBarrier + consumer, kTileFullThreads);
@@ -458,9 +473,36 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
     }
 
-    // Scores of block n_block -> probabilities (in place) with the online softmax; returns the
-    // factors the running output must be rescaled by.
-    auto softmax = [&](float (&s)[kNTiles][4], int n_block, float (&rescale)[2]) {
+    // The exponentials of row hh (0: row0, 1: row0 + 8) against `base`, written to probs (which
+    // may be s itself) or, with kPackEarly, to packed (P as the wgmma operand, to_operand's
+    // layout). Returns this thread's sum of them.
+    auto exp_row = [&](float (&s)[kNTiles][4], float (&probs)[kNTiles][4], POperand& packed,
+                       int hh, float scale, float base) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        float y[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float x = fmaf(s[nt][2 * hh + e], scale, -base);
+          constexpr int kEvery = cfg.exp_poly_every > 0 ? cfg.exp_poly_every : kNTiles + 1;
+          y[e] = nt % kEvery == kEvery - 1 ? exp2_poly(x) : exp2_approx(x);
+          sum += y[e];
+        }
+        if constexpr (kPackEarly) {
+          packed[nt / 2][(nt % 2) * 2 + hh] = MmaType<T>::pack(y[0], y[1]);
+        } else {
+          probs[nt][2 * hh] = y[0];
+          probs[nt][2 * hh + 1] = y[1];
+        }
+      }
+      return sum;
+    };
+
+    // Scores s of block n_block -> probabilities probs (may be s itself) with the online
+    // softmax; returns the factors the running output must be rescaled by.
+    auto softmax = [&](float (&s)[kNTiles][4], float (&probs)[kNTiles][4], POperand& packed,
+                       int n_block, float (&rescale)[2]) {
       const int n0 = n_block * kBlockN;
       if constexpr (kGeneral) {
 #pragma unroll
@@ -488,6 +530,32 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
             }
         }
       }
+      // Fast path: max on raw scores (scale > 0), p = 2^(x scale log2 e - max): one FFMA and
+      // one MUFU per score. General path: scores are already base-2 logits.
+      const float scale = kGeneral ? 1.0f : p.scale_log2;
+      float threshold = params.rescale_threshold;
+      if constexpr (kSpeculate) {
+        // Speculation (fast kernels, lazy rescaling): the exponentials against the running max
+        // without the block's max. They are kept when every one is at most 2^threshold, which
+        // a thread's sum over its elements bounds; otherwise (rare after a row's first block)
+        // the warp redoes the block from the scores, moving the max eagerly.
+        if (threshold > 0.0f &&
+            __all_sync(0xffffffffu, row_max[0] != -INFINITY && row_max[1] != -INFINITY)) {
+          float sums[2];
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) sums[hh] = exp_row(s, probs, packed, hh, scale, row_max[hh]);
+          if (__all_sync(0xffffffffu, sums[0] <= speculation_limit &&
+                                          sums[1] <= speculation_limit)) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              rescale[hh] = 1.0f;
+              row_sum[hh] += sums[hh];
+            }
+            return;
+          }
+          threshold = 0.0f;
+        }
+      }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         // The row's maximum: in the fast kernels as a tree (depth log2 of the row's elements
@@ -505,36 +573,21 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         float block_max = tree[0];
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
-        // Fast path: max on raw scores (scale > 0), p = 2^(x scale log2 e - max): one FFMA
-        // and one MUFU per score. General path: scores are already base-2 logits.
         // The running max moves only when a block's max exceeds it by more than the threshold
         // (8: probabilities stay below 2^8, exactly renormalised at the end), so most blocks
         // leave O unscaled.
-        const float scale = kGeneral ? 1.0f : p.scale_log2;
         const float scaled_max = block_max * scale;
-        const float new_max =
-            scaled_max > row_max[hh] + params.rescale_threshold ? scaled_max : row_max[hh];
+        const float new_max = scaled_max > row_max[hh] + threshold ? scaled_max : row_max[hh];
         const float base = new_max == -INFINITY ? 0.0f : new_max;  // all masked so far
         rescale[hh] = new_max == row_max[hh] ? 1.0f : exp2_approx(row_max[hh] - base);
         row_max[hh] = new_max;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[nt][2 * hh + e];
-            constexpr int kEvery = cfg.exp_poly_every > 0 ? cfg.exp_poly_every : kNTiles + 1;
-            const bool poly = nt % kEvery == kEvery - 1;
-            x = poly ? exp2_poly(fmaf(x, scale, -base)) : exp2_approx(fmaf(x, scale, -base));
-            sum += x;
-          }
-        row_sum[hh] = row_sum[hh] * rescale[hh] + sum;
+        row_sum[hh] = row_sum[hh] * rescale[hh] + exp_row(s, probs, packed, hh, scale, base);
         if constexpr (kGeneral) {
           if (p.dropout_threshold != 0) {
 #pragma unroll
             for (int nt = 0; nt < kNTiles; ++nt)
-              apply_dropout_pair(p, b, h, row0 + 8 * hh, n0 + nt * 8 + 2 * t, s[nt][2 * hh],
-                                 s[nt][2 * hh + 1]);
+              apply_dropout_pair(p, b, h, row0 + 8 * hh, n0 + nt * 8 + 2 * t, probs[nt][2 * hh],
+                                 probs[nt][2 * hh + 1]);
           }
         }
       }
@@ -545,7 +598,16 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     // the wgmma pipeline, warning C7513).
     if (w.n_blocks > 0) {
       float s[kNTiles][4];
-      std::uint32_t pa[kBlockN / 16][4];
+      // With speculation the probabilities are kept apart from the scores (a block may be redone
+      // from its scores): as floats, packed into P once P_{j-1} V_{j-1} is done, or (kPackEarly)
+      // packed as P at once, 32 registers instead of 64, into a second P buffer (P_{j-1} V_{j-1}
+      // may still read the first): the loop is then unrolled by two, so that each buffer is
+      // named statically (a copy between them was coalesced by ptxas, which then serialised
+      // the wgmmas). Otherwise the probabilities overwrite the scores.
+      float probs_apart[kNTiles][4];  // unused unless speculating with float probabilities
+      float (&probs)[kNTiles][4] = pick<!kSpeculate>(s, probs_apart);
+      POperand pa0;
+      [[maybe_unused]] POperand pa1;  // kPackEarly only
       float rescale[2];
       {
         const int slot = kv_it % kStages;
@@ -557,10 +619,11 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         fence_operand(s);
         release(&bars.k_empty[slot]);
         if (w.n_blocks == 1) release(&bars.q_empty[q_slot]);
-        softmax(s, w.n_block_begin, rescale);
-        to_operand(s, pa);
+        softmax(s, probs, pa0, w.n_block_begin, rescale);
+        if constexpr (!kPackEarly) to_operand(probs, pa0);
       }
-      for (int i = 1; i < w.n_blocks; ++i) {
+      // Block i: P_{i-1} is in pa_prev; P_i goes to pa_next (the same buffer unless kPackEarly).
+      auto step = [&](int i, POperand& pa_prev, POperand& pa_next) {
         const int it = kv_it + i, slot = it % kStages, prev = (it - 1) % kStages;
         TILEATTN_TRACE(i, 0);
         take_turn();
@@ -571,7 +634,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         TILEATTN_TRACE(i, 3);
         rescale_o(rescale);
         mbarrier_wait(&bars.v_full[prev], ((it - 1) / kStages) & 1);
-        issue_pv(pa, prev);
+        issue_pv(pa_prev, prev);
         pass_turn();
         TILEATTN_TRACE(i, 4);
         wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
@@ -579,23 +642,42 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         TILEATTN_TRACE(i, 5);
         release(&bars.k_empty[slot]);
         if (i == w.n_blocks - 1) release(&bars.q_empty[q_slot]);
-        softmax(s, w.n_block_begin + i, rescale);
+        softmax(s, probs, pa_next, w.n_block_begin + i, rescale);
         TILEATTN_TRACE(i, 6);
         wgmma_wait<0>();
         fence_operand(acc_o);
         TILEATTN_TRACE(i, 7);
         release(&bars.v_empty[prev]);
-        to_operand(s, pa);
+        if constexpr (!kPackEarly) to_operand(probs, pa_next);
+      };
+      auto finish = [&](const POperand& pa_last) {  // the last block's P V
+        const int it = kv_it + w.n_blocks - 1, last = it % kStages;
+        rescale_o(rescale);
+        take_turn();
+        mbarrier_wait(&bars.v_full[last], (it / kStages) & 1);
+        issue_pv(pa_last, last);
+        pass_turn();
+        wgmma_wait<0>();
+        fence_operand(acc_o);
+        release(&bars.v_empty[last]);
+      };
+      if constexpr (kPackEarly) {
+        for (int i = 1;; i += 2) {
+          if (i >= w.n_blocks) {
+            finish(pa0);
+            break;
+          }
+          step(i, pa0, pa1);
+          if (i + 1 >= w.n_blocks) {
+            finish(pa1);
+            break;
+          }
+          step(i + 1, pa1, pa0);
+        }
+      } else {
+        for (int i = 1; i < w.n_blocks; ++i) step(i, pa0, pa0);
+        finish(pa0);
       }
-      const int it = kv_it + w.n_blocks - 1, last = it % kStages;
-      rescale_o(rescale);
-      take_turn();
-      mbarrier_wait(&bars.v_full[last], (it / kStages) & 1);
-      issue_pv(pa, last);
-      pass_turn();
-      wgmma_wait<0>();
-      fence_operand(acc_o);
-      release(&bars.v_empty[last]);
       kv_it += w.n_blocks;
     }
 #ifdef TILEATTN_FWD_TRACE
