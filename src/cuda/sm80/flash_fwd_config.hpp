@@ -55,8 +55,9 @@ struct Sm90TileConfig {
   // Every exp_poly_every-th n8 tile of a row's scores takes its exponentials on the FMA pipes
   // (exp2_poly) instead of the MUFU, which the softmax otherwise saturates (0: none).
   int exp_poly_every = 0;
-  // The fast kernels' softmax skips the block maximum when the exponentials against the running
-  // maximum stay in range (the general kernels, and eager rescaling, never speculate).
+  // The fast kernels' softmax speculates: exponentials against the running maximum, without the
+  // block's maximum, kept when all stay below 2^8 (else the block is redone). It needs a second
+  // P buffer (32 registers); the general kernels and eager rescaling never speculate.
   bool speculate_max = false;
   constexpr int threads() const { return (consumer_warp_groups + 1) * 128; }
   constexpr int q_tile_bytes() const { return block_m * head_dim * 2; }
@@ -79,9 +80,11 @@ constexpr int sm90_bucket(int dim) {
 constexpr Sm90TileConfig sm90_tile_config(int bucket) {
   switch (bucket) {
     // D 64: exp2_poly on every 8th n8 tile (session 15 A/B: +0.3..1.6% on top of the max tree;
-    // every 4th: slower; at D 128 every 8th cost 2-4%).
+    // every 4th: slower; at D 128 every 8th cost 2-4%). Speculation (session 16 A/B): D 64
+    // +2..+11%, D 128 +2..+6%; at D 256 ptxas spilled 48 bytes and 1k lost 4-8%: off there.
     case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 8, true};  // 178 KB shared memory
-    case 128: return {128, 128, 128, 2, 2, 24, 240, 1, 0, true};  // 194 KB (a second Q buffer: 226 KB, -8..15%)
+    // D 128: 194 KB (a second Q buffer: 226 KB, -8..15%).
+    case 128: return {128, 128, 128, 2, 2, 24, 240, 1, 0, true};
     case 256: return {256, 128, 80, 2, 2, 24, 240, 1};   // 226 KB
     default: return {0, 0, 0, 0, 0, 0, 0, 0, 0, false};
   }

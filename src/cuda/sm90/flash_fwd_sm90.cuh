@@ -15,7 +15,8 @@
 //             (wait_group 1) and run the online softmax of block j while P_{j-1} V_{j-1} is
 //             still on the tensor cores (FlashAttention-3's intra-warpgroup overlap). The
 //             warpgroups take turns to issue (ping-pong), so one's softmax overlaps another's
-//             GEMMs.
+//             GEMMs. At D 64 and 128 the softmax speculates: the exponentials against the
+//             running maximum without the block's own, kept when none exceeds 2^8 (see softmax).
 // Score policies: the fast path (causal / window / key lengths, the softmax max taken on raw
 // scores, scale > 0) or kGeneral (mask, softcap, ALiBi through general_score_log2, and dropout,
 // shared with the sm80 kernel). Blocks outside the causal / window band are never loaded; blocks
@@ -132,16 +133,6 @@ __device__ __forceinline__ void max_tree(float (&v)[N]) {
   }
 }
 
-// a if kFirst, else b (a reference chosen at compile time).
-template <bool kFirst, typename A>
-__device__ __forceinline__ A& pick(A& a, A& b) {
-  if constexpr (kFirst) {
-    return a;
-  } else {
-    return b;
-  }
-}
-
 #ifdef TILEATTN_FWD_TRACE
 // Measurement build only (-DTILEATTN_FWD_TRACE): lane 0 of each consumer warpgroup's first warp
 // in CTA 0 stores clock64() at eight points of every key block of its first tile in the launch
@@ -181,9 +172,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   static_assert(kBlockM == 64 * cfg.consumer_warp_groups && kDim % 64 == 0 && kBlockN % 16 == 0);
   static_assert(kConsumerWarps == kSm90ConsumerWarps);
   // The kernels where ptxas spills re-read the epilogue's coordinates (see the epilogue), and
-  // so do the speculating ones (their scores and probabilities are apart: 64 more registers).
+  // so do the speculating ones (their scores and a second P buffer: 32 more registers).
   constexpr bool kSpeculate = cfg.speculate_max && !kGeneral;
-  constexpr bool kPackEarly = kSpeculate && kDim >= 128;  // see block_softmax
   constexpr bool kRereadCoords = kDim > 128 || kGeneral || kSpeculate;
   constexpr int kConsumerGroups = cfg.consumer_warp_groups;
   constexpr int kTileFullBarrier = kTurnBarrier + 2 * kConsumerGroups;  // + consumer
@@ -473,11 +463,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
     }
 
-    // The exponentials of row hh (0: row0, 1: row0 + 8) against `base`, written to probs (which
-    // may be s itself) or, with kPackEarly, to packed (P as the wgmma operand, to_operand's
-    // layout). Returns this thread's sum of them.
-    auto exp_row = [&](float (&s)[kNTiles][4], float (&probs)[kNTiles][4], POperand& packed,
-                       int hh, float scale, float base) {
+    // The exponentials of row hh (0: row0, 1: row0 + 8) against `base`: in place of the scores,
+    // or (speculating kernels) packed into pa as P, the wgmma operand (to_operand's layout), so
+    // that the scores stay. Returns this thread's sum of them.
+    auto exp_row = [&](float (&s)[kNTiles][4], POperand& pa, int hh, float scale, float base) {
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
@@ -489,20 +478,19 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
           y[e] = nt % kEvery == kEvery - 1 ? exp2_poly(x) : exp2_approx(x);
           sum += y[e];
         }
-        if constexpr (kPackEarly) {
-          packed[nt / 2][(nt % 2) * 2 + hh] = MmaType<T>::pack(y[0], y[1]);
+        if constexpr (kSpeculate) {
+          pa[nt / 2][(nt % 2) * 2 + hh] = MmaType<T>::pack(y[0], y[1]);
         } else {
-          probs[nt][2 * hh] = y[0];
-          probs[nt][2 * hh + 1] = y[1];
+          s[nt][2 * hh] = y[0];
+          s[nt][2 * hh + 1] = y[1];
         }
       }
       return sum;
     };
 
-    // Scores s of block n_block -> probabilities probs (may be s itself) with the online
-    // softmax; returns the factors the running output must be rescaled by.
-    auto softmax = [&](float (&s)[kNTiles][4], float (&probs)[kNTiles][4], POperand& packed,
-                       int n_block, float (&rescale)[2]) {
+    // Scores s of block n_block -> probabilities (see exp_row) with the online softmax;
+    // returns the factors the running output must be rescaled by.
+    auto softmax = [&](float (&s)[kNTiles][4], POperand& pa, int n_block, float (&rescale)[2]) {
       const int n0 = n_block * kBlockN;
       if constexpr (kGeneral) {
 #pragma unroll
@@ -543,7 +531,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
             __all_sync(0xffffffffu, row_max[0] != -INFINITY && row_max[1] != -INFINITY)) {
           float sums[2];
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) sums[hh] = exp_row(s, probs, packed, hh, scale, row_max[hh]);
+          for (int hh = 0; hh < 2; ++hh) sums[hh] = exp_row(s, pa, hh, scale, row_max[hh]);
           if (__all_sync(0xffffffffu, sums[0] <= speculation_limit &&
                                           sums[1] <= speculation_limit)) {
 #pragma unroll
@@ -581,13 +569,13 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         const float base = new_max == -INFINITY ? 0.0f : new_max;  // all masked so far
         rescale[hh] = new_max == row_max[hh] ? 1.0f : exp2_approx(row_max[hh] - base);
         row_max[hh] = new_max;
-        row_sum[hh] = row_sum[hh] * rescale[hh] + exp_row(s, probs, packed, hh, scale, base);
+        row_sum[hh] = row_sum[hh] * rescale[hh] + exp_row(s, pa, hh, scale, base);
         if constexpr (kGeneral) {
           if (p.dropout_threshold != 0) {
 #pragma unroll
             for (int nt = 0; nt < kNTiles; ++nt)
-              apply_dropout_pair(p, b, h, row0 + 8 * hh, n0 + nt * 8 + 2 * t, probs[nt][2 * hh],
-                                 probs[nt][2 * hh + 1]);
+              apply_dropout_pair(p, b, h, row0 + 8 * hh, n0 + nt * 8 + 2 * t, s[nt][2 * hh],
+                                 s[nt][2 * hh + 1]);
           }
         }
       }
@@ -598,16 +586,13 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     // the wgmma pipeline, warning C7513).
     if (w.n_blocks > 0) {
       float s[kNTiles][4];
-      // With speculation the probabilities are kept apart from the scores (a block may be redone
-      // from its scores): as floats, packed into P once P_{j-1} V_{j-1} is done, or (kPackEarly)
-      // packed as P at once, 32 registers instead of 64, into a second P buffer (P_{j-1} V_{j-1}
-      // may still read the first): the loop is then unrolled by two, so that each buffer is
-      // named statically (a copy between them was coalesced by ptxas, which then serialised
-      // the wgmmas). Otherwise the probabilities overwrite the scores.
-      float probs_apart[kNTiles][4];  // unused unless speculating with float probabilities
-      float (&probs)[kNTiles][4] = pick<!kSpeculate>(s, probs_apart);
+      // P buffers. Speculating kernels keep the scores (a block may be redone from them) and
+      // pack P during the softmax into the buffer that P_{j-1} V_{j-1}, still running, does
+      // not read: two buffers, and the loop unrolled by two so that each is named statically
+      // (copying one into the other was coalesced by ptxas, which then serialised the wgmmas).
+      // The others overwrite the scores and pack P into one buffer once P_{j-1} V_{j-1} is done.
       POperand pa0;
-      [[maybe_unused]] POperand pa1;  // kPackEarly only
+      [[maybe_unused]] POperand pa1;  // speculating kernels only
       float rescale[2];
       {
         const int slot = kv_it % kStages;
@@ -619,10 +604,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         fence_operand(s);
         release(&bars.k_empty[slot]);
         if (w.n_blocks == 1) release(&bars.q_empty[q_slot]);
-        softmax(s, probs, pa0, w.n_block_begin, rescale);
-        if constexpr (!kPackEarly) to_operand(probs, pa0);
+        softmax(s, pa0, w.n_block_begin, rescale);
+        if constexpr (!kSpeculate) to_operand(s, pa0);
       }
-      // Block i: P_{i-1} is in pa_prev; P_i goes to pa_next (the same buffer unless kPackEarly).
+      // Block i: P_{i-1} is in pa_prev; P_i goes to pa_next (the same buffer unless speculating).
       auto step = [&](int i, POperand& pa_prev, POperand& pa_next) {
         const int it = kv_it + i, slot = it % kStages, prev = (it - 1) % kStages;
         TILEATTN_TRACE(i, 0);
@@ -642,13 +627,13 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         TILEATTN_TRACE(i, 5);
         release(&bars.k_empty[slot]);
         if (i == w.n_blocks - 1) release(&bars.q_empty[q_slot]);
-        softmax(s, probs, pa_next, w.n_block_begin + i, rescale);
+        softmax(s, pa_next, w.n_block_begin + i, rescale);
         TILEATTN_TRACE(i, 6);
         wgmma_wait<0>();
         fence_operand(acc_o);
         TILEATTN_TRACE(i, 7);
         release(&bars.v_empty[prev]);
-        if constexpr (!kPackEarly) to_operand(probs, pa_next);
+        if constexpr (!kSpeculate) to_operand(s, pa_next);
       };
       auto finish = [&](const POperand& pa_last) {  // the last block's P V
         const int it = kv_it + w.n_blocks - 1, last = it % kStages;
@@ -661,7 +646,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         fence_operand(acc_o);
         release(&bars.v_empty[last]);
       };
-      if constexpr (kPackEarly) {
+      if constexpr (kSpeculate) {
         for (int i = 1;; i += 2) {
           if (i >= w.n_blocks) {
             finish(pa0);
