@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Timeline of the sm90 forward's key-block loop (measurement build, -DTILEATTN_FWD_TRACE):
-# builds the GPU bench with the trace compiled in and runs it on TRACE_SHAPES ("dim:length"
-# pairs), writing the kernel's printed clock64 stamps to $OUT/trace_<dim>_<length>.txt.
+# Timeline of the sm90 forward's key-block loop and tiles (measurement build,
+# -DTILEATTN_FWD_TRACE): builds the GPU bench with the trace compiled in and runs it on
+# TRACE_SHAPES ("dim:length" pairs, causal and not), writing the kernel's printed clock64
+# stamps to $OUT/trace_<dim>_<length>.txt and their summary (scripts/gpu/trace_summary.py)
+# to stdout.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PATH=/usr/local/cuda/bin:$PATH
@@ -18,4 +20,5 @@ for shape in ${TRACE_SHAPES:-64:8192 128:8192}; do
   "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 0 --dims "$d" --lengths "$l" --iters 3 \
     --warmup 2 --cooldown-ms 200 >"$OUT/trace_${d}_$l.txt" 2>&1
   echo "$shape: $(grep -c '^trace' "$OUT/trace_${d}_$l.txt") trace lines"
+  python3 scripts/gpu/trace_summary.py "$OUT/trace_${d}_$l.txt"
 done

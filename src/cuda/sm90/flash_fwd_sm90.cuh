@@ -135,28 +135,50 @@ __device__ __forceinline__ void max_tree(float (&v)[N]) {
 
 #ifdef TILEATTN_FWD_TRACE
 // Measurement build only (-DTILEATTN_FWD_TRACE): lane 0 of each consumer warpgroup's first warp
-// in CTA 0 stores clock64() at eight points of every key block of its first tile in the launch
-// numbered kTraceLaunch to global memory; print_fwd_trace_kernel (launched after each forward)
-// prints them (docs/perf/gpu.md, session 15). No printf in the kernel itself: a call inside it
-// makes ptxas serialise the wgmmas.
-inline constexpr int kTraceIters = 24, kTracePoints = 8, kTraceLaunch = 3;
+// in CTA 0 stores clock64() to global memory in the launches numbered kTraceLaunch modulo
+// kTracePeriod (scripts/gpu/trace_fwd.sh runs 2 warm-up and 3 timed launches per shape, so
+// each shape's second timed launch is traced, causal and not): at eight
+// points of every key block of its first tile, and at five points of each of its first
+// kTraceTiles tiles (loop top, tile index read, Q ready, last P V done, epilogue done).
+// print_fwd_trace_kernel (launched after each forward) prints them (docs/perf/gpu.md, sessions
+// 15 and 16; scripts/gpu/trace_summary.py reads them). No printf in the kernel itself: a call
+// inside it makes ptxas serialise the wgmmas.
+inline constexpr int kTraceIters = 24, kTracePoints = 8, kTraceLaunch = 3, kTracePeriod = 5;
+inline constexpr int kTraceTiles = 16, kTileTracePoints = 5;
 static __device__ unsigned g_trace_launches[4];  // per consumer warpgroup
 static __device__ long long g_trace[4][kTraceIters][kTracePoints];
 static __device__ int g_trace_blocks[4];
+static __device__ long long g_trace_tiles[4][kTraceTiles][kTileTracePoints];
+static __device__ int g_trace_tile_blocks[4][kTraceTiles];
+static __device__ int g_trace_tile_count[4];
+static __device__ unsigned g_trace_launch;  // the traced launch's number
 static __global__ void print_fwd_trace_kernel() {
+  if (g_trace_blocks[0] > 0 || g_trace_tile_count[0] > 0)
+    printf("trace launch %u\n", g_trace_launch);
   for (int c = 0; c < 4; ++c) {
     for (int i = 1; i < g_trace_blocks[c] && i < kTraceIters; ++i) {
       const long long* t = g_trace[c][i];
       printf("trace wg %d block %d: %lld %lld %lld %lld %lld %lld %lld %lld\n", c, i, t[0], t[1],
              t[2], t[3], t[4], t[5], t[6], t[7]);
     }
+    for (int i = 0; i < g_trace_tile_count[c] && i < kTraceTiles; ++i) {
+      const long long* t = g_trace_tiles[c][i];
+      printf("trace wg %d tile %d blocks %d: %lld %lld %lld %lld %lld\n", c, i,
+             g_trace_tile_blocks[c][i], t[0], t[1], t[2], t[3], t[4]);
+    }
     g_trace_blocks[c] = 0;
+    g_trace_tile_count[c] = 0;
   }
 }
 #define TILEATTN_TRACE(i, k) \
   do { if (tracing && (i) < kTraceIters) g_trace[consumer][i][k] = clock64(); } while (0)
+#define TILEATTN_TRACE_TILE(i, k)                                                       \
+  do {                                                                                  \
+    if (tracing_tiles && (i) < kTraceTiles) g_trace_tiles[consumer][i][k] = clock64(); \
+  } while (0)
 #else
 #define TILEATTN_TRACE(i, k) do { } while (0)
+#define TILEATTN_TRACE_TILE(i, k) do { } while (0)
 #endif
 
 template <typename T, int kBucket, bool kGeneral>
@@ -413,18 +435,26 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   };
 
 #ifdef TILEATTN_FWD_TRACE
-  bool tracing = blockIdx.x == 0 && warp_in_group == 0 && lane == 0 &&
-                 atomicAdd(&g_trace_launches[consumer], 1u) == kTraceLaunch;
+  bool tracing = false;
+  if (blockIdx.x == 0 && warp_in_group == 0 && lane == 0) {
+    const unsigned launch = atomicAdd(&g_trace_launches[consumer], 1u);
+    tracing = launch % kTracePeriod == kTraceLaunch;
+    if (tracing) g_trace_launch = launch;
+  }
+  const bool tracing_tiles = tracing;
 #endif
   const float speculation_limit = exp2f(params.rescale_threshold);  // see softmax
   int kv_it = 0;
   for (int q_pass = 0;; ++q_pass) {
+    TILEATTN_TRACE_TILE(q_pass, 0);
     named_barrier_sync(kTileFullBarrier + consumer, kTileFullThreads);
     const int tile_index = bars.tile[q_pass & 1];
     if (tile_index < 0) break;
+    TILEATTN_TRACE_TILE(q_pass, 1);
     named_barrier_arrive(kTileEmptyBarrier, kTileEmptyThreads);
     const int q_slot = q_pass % kQStages;
     mbarrier_wait(&bars.q_full[q_slot], (q_pass / kQStages) & 1);
+    TILEATTN_TRACE_TILE(q_pass, 2);
     if constexpr (kQStages > 1) q_group = q_tiles + q_slot * kBlockM * kDim + consumer * 64 * 64;
     const TileWork w = tile_work(tile_index);
     if (w.n_blocks == 0) release(&bars.q_empty[q_slot]);
@@ -665,10 +695,15 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
       kv_it += w.n_blocks;
     }
+    TILEATTN_TRACE_TILE(q_pass, 3);
 #ifdef TILEATTN_FWD_TRACE
     if (tracing) {
       tracing = false;
       g_trace_blocks[consumer] = w.n_blocks;
+    }
+    if (tracing_tiles && q_pass < kTraceTiles) {
+      g_trace_tile_blocks[consumer][q_pass] = w.n_blocks;
+      g_trace_tile_count[consumer] = q_pass + 1;
     }
 #endif
 
@@ -789,6 +824,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         p.lse[e_b * p.lse_stride_b + e_h * p.lse_stride_h + i * p.lse_stride_l] =
             l > 0.0f ? (row_max[hh] + __log2f(l)) * kLn2 : -INFINITY;
     }
+    TILEATTN_TRACE_TILE(q_pass, 4);
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
