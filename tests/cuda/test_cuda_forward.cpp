@@ -178,7 +178,14 @@ TEST_P(CudaForward, MatchesReference) {
   // alone moves a logit by ~1, which no kernel can match; the 16-bit inputs are exact.
   if (dtype == DType::f32 && c.key_ramp != 0.0f) GTEST_SKIP() << "bf16 operands of f32 inputs";
   TILEATTN_TRACE_SEED();
-  run_cuda_case(c, dtype);
+  const CaseResult result = run_cuda_case(c, dtype);
+  if (c.key_ramp != 0.0f) {
+    // The ramp's rows are nearly one-hot, and the naive computation rounds their large scores
+    // to 16 bits, so the rule relative to it is loose here (naive rel L2 ~4e-2 in bf16). The
+    // kernel keeps f32 scores: it must stay near its output's own rounding (the H200 gave
+    // 6-8e-5 in f16 and 3-6e-4 in bf16).
+    EXPECT_LE(result.kernel.rel_l2, dtype == DType::f16 ? 5e-4 : 4e-3) << result.kernel.str();
+  }
 }
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
