@@ -91,6 +91,18 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* map, std
       : "memory");
 }
 
+// TMA store of one box of a 4-D tensor map at coordinates (c0 innermost .. c3) from shared
+// memory, in the issuing thread's bulk async-group; out-of-bounds parts of the box are not
+// written. The shared memory must not change until bulk_wait_all<true> says it was read.
+__device__ __forceinline__ void tma_store_4d(const void* map, const void* smem_src, int c0, int c1,
+                                             int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+          reinterpret_cast<std::uint64_t>(map)),
+      "r"(smem_address(smem_src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
 // Bulk (non-tensor) copy of `bytes` contiguous bytes from global to shared memory, completing
 // on `bar` like a TMA load (addresses 16-byte aligned, bytes a multiple of 16).
 __device__ __forceinline__ void bulk_load(void* smem_dst, const void* src, unsigned bytes,

@@ -53,6 +53,8 @@ namespace tileattn::cuda {
 struct Sm90FwdParams {
   FlashFwdParams base;
   CUtensorMap q_map, k_map, v_map;
+  CUtensorMap o_map;     // the output in boxes of (64 columns, 64 rows), if o_tma
+  bool o_tma;            // the staged output leaves shared memory by TMA stores
   int num_tiles;         // query blocks x heads x batch
   int group_heads;       // (batch, head) pairs per scheduling group (their K/V fit in L2 together)
   unsigned sched_slot;   // this launch's tile counter (kSchedulerSlots of them, reused in turn)
@@ -747,30 +749,47 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     bool stored = false;
     if constexpr (cfg.o_stage_bytes() > 0) {
       if (p.vector_stores) {
+        // The warpgroup's 64 rows in column blocks of (64 rows, 64 columns), each row's 16-byte
+        // chunks XOR-swizzled by row: the TMA map's 128-byte swizzle.
         constexpr int kChunks = kDim / 8;  // 16-byte chunks per row
         const int e_group = e_warp / 4;
         T* stage = o_stage + e_group * 64 * kDim;
+        auto stage_at = [&](int r, int chunk) {
+          return stage + (chunk / 8) * 64 * 64 + r * 64 + ((chunk % 8) ^ (r & 7)) * 8;
+        };
         const int stage_barrier = kTurnBarrier + kConsumerGroups + e_group;
+        const bool store_issuer = e_warp % 4 == 0 && e_lane == 0;
+        if (params.o_tma && store_issuer) bulk_wait_all<true>();  // the last TMA store read it
         named_barrier_sync(stage_barrier, 128);  // the previous tile's reads are done
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int r = (e_warp % 4) * 16 + e_g + 8 * hh;
 #pragma unroll
           for (int dt = 0; dt < kDTiles; ++dt)
-            *reinterpret_cast<std::uint32_t*>(stage + r * kDim + ((dt ^ (r & 7)) * 8) + 2 * e_t) =
+            *reinterpret_cast<std::uint32_t*>(stage_at(r, dt) + 2 * e_t) =
                 MmaType<T>::pack(acc_o[dt][2 * hh] * inv_sum[hh],
                                  acc_o[dt][2 * hh + 1] * inv_sum[hh]);
         }
+        if (params.o_tma) fence_proxy_async_shared();  // the writes, to the TMA store
         named_barrier_sync(stage_barrier, 128);
         const int row_base = e_warp_row0 - (e_warp % 4) * 16;
-        T* out = static_cast<T*>(p.out) + e_b * p.o_stride_b + e_h * p.o_stride_h;
+        if (params.o_tma) {
+          if (store_issuer) {
 #pragma unroll
-        for (int idx = e_lane + (e_warp % 4) * 32; idx < 64 * kChunks; idx += 128) {
-          const int r = idx / kChunks, c = idx % kChunks;
-          if (row_base + r < p.len_q && c * 8 < p.dim_v)
-            *reinterpret_cast<uint4*>(out + static_cast<std::int64_t>(row_base + r) * p.o_stride_l +
-                                      c * 8) =
-                *reinterpret_cast<const uint4*>(stage + r * kDim + ((c ^ (r & 7)) * 8));
+            for (int cb = 0; cb < kColBlocks; ++cb)
+              tma_store_4d(&params.o_map, stage + cb * 64 * 64, cb * 64, row_base, e_h, e_b);
+            bulk_commit_group();
+          }
+        } else {
+          T* out = static_cast<T*>(p.out) + e_b * p.o_stride_b + e_h * p.o_stride_h;
+#pragma unroll
+          for (int idx = e_lane + (e_warp % 4) * 32; idx < 64 * kChunks; idx += 128) {
+            const int r = idx / kChunks, c = idx % kChunks;
+            if (row_base + r < p.len_q && c * 8 < p.dim_v)
+              *reinterpret_cast<uint4*>(out +
+                                        static_cast<std::int64_t>(row_base + r) * p.o_stride_l +
+                                        c * 8) = *reinterpret_cast<const uint4*>(stage_at(r, c));
+          }
         }
         stored = true;
       }
@@ -826,6 +845,9 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     }
     TILEATTN_TRACE_TILE(q_pass, 4);
   }
+  // The last TMA stores read shared memory, which must outlive them (a no-op in threads that
+  // issued none).
+  if (params.o_tma) bulk_wait_all<false>();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

@@ -20,7 +20,8 @@ inline std::atomic<unsigned> g_sm90_launches{0};  // picks each launch's schedul
 // TILEATTN_SM90_PERSISTENT=0 and TILEATTN_SM90_LAZY_RESCALE=0 turn the ping-pong schedule, the
 // persistent grid and the lazy softmax rescaling off; TILEATTN_SM90_KV_EVICT_LAST=0 loads K/V
 // with the evict-normal L2 hint; TILEATTN_SM90_GROUP_MB=n sets the K/V bytes of one scheduling
-// group (default 8 MiB).
+// group (default 8 MiB); TILEATTN_SM90_TMA_STORE=0 writes the staged output with 16-byte stores
+// instead of TMA stores.
 inline bool sm90_option(const char* name, bool fallback) {
   const char* value = std::getenv(name);
   if (value == nullptr) return fallback;
@@ -47,6 +48,12 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
       !encode_tile_map(&params.v_map, p.v, bf16, p.dim_v, p.len_k, heads_kv, p.batch,
                        p.v_stride_l, p.v_stride_h, p.v_stride_b, cfg.block_n))
     return cudaErrorNotSupported;
+  // The output by TMA stores from the staging buffer where there is one and 16-byte stores are
+  // legal (out type T, aligned rows); TILEATTN_SM90_TMA_STORE=0: the 16-byte stores.
+  params.o_tma = cfg.o_stage_bytes() > 0 && p.vector_stores &&
+                 sm90_option("TILEATTN_SM90_TMA_STORE", true) &&
+                 encode_tile_map(&params.o_map, p.out, bf16, p.dim_v, p.len_q, p.heads_q, p.batch,
+                                 p.o_stride_l, p.o_stride_h, p.o_stride_b, 64);
   params.num_tiles = static_cast<int>(query_block_count(p));
   // Scheduling groups: (batch, head) pairs whose K and V together take about 8 MB (a sixth of
   // the H200's L2), so the CTAs running at one time mostly hit L2.
