@@ -81,11 +81,12 @@ constexpr Sm90TileConfig sm90_tile_config(int bucket) {
   switch (bucket) {
     // D 64: exp2_poly on every 8th n8 tile (session 15 A/B: +0.3..1.6% on top of the max tree;
     // every 4th: slower; at D 128 every 8th cost 2-4%). Speculation (session 16 A/B): D 64
-    // +2..+10%, D 128 +2..+6%; at D 256 ptxas spilled 48 bytes and 1k lost 4-8%: off there.
+    // +2..+10%, D 128 +2..+6%. D 256 speculates with block_n 64 (at 80 ptxas spilled 48 bytes
+    // and 1k lost 4-8%); session 17 A/B against block_n 80 without it: +0.2..3.3%.
     case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 8, true};  // 178 KB shared memory
     // D 128: 194 KB (a second Q buffer: 226 KB, -8..15%).
     case 128: return {128, 128, 128, 2, 2, 24, 240, 1, 0, true};
-    case 256: return {256, 128, 80, 2, 2, 24, 240, 1};   // 226 KB
+    case 256: return {256, 128, 64, 2, 2, 24, 240, 1, 0, true};  // 194 KB
     default: return {0, 0, 0, 0, 0, 0, 0, 0, 0, false};
   }
 }
