@@ -79,11 +79,12 @@ constexpr int sm90_bucket(int dim) {
 // Every tile choice of the sm90 kernel (the sm80 twin is tile_config above).
 constexpr Sm90TileConfig sm90_tile_config(int bucket) {
   switch (bucket) {
-    // D 64: exp2_poly on every 8th n8 tile (session 15 A/B: +0.3..1.6% on top of the max tree;
-    // every 4th: slower; at D 128 every 8th cost 2-4%). Speculation (session 16 A/B): D 64
+    // D 64: exp2_poly on every 16th n8 tile (session 15 A/B: every 8th +0.3..1.6% on top of the
+    // max tree, every 4th slower; session 17, with speculation: every 16th +1.2..1.6% against
+    // every 8th; at D 128 every 16th cost 2-3%). Speculation (session 16 A/B): D 64
     // +2..+10%, D 128 +2..+6%. D 256 speculates with block_n 64 (at 80 ptxas spilled 48 bytes
     // and 1k lost 4-8%); session 17 A/B against block_n 80 without it: +0.2..3.3%.
-    case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 8, true};  // 178 KB shared memory
+    case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 16, true};  // 178 KB shared memory
     // D 128: 194 KB (a second Q buffer: 226 KB, -8..15%).
     case 128: return {128, 128, 128, 2, 2, 24, 240, 1, 0, true};
     case 256: return {256, 128, 64, 2, 2, 24, 240, 1, 0, true};  // 194 KB
