@@ -109,8 +109,9 @@ if has_stage build; then
         /HGMMA/ {hg++}
         /LDL|STL/ {n++; if (n <= 6) printf "%s %s: %s  [after %d HGMMA]\n", f, name, $0, hg}' >>"$OUT/sass.txt"
   done
-  # wgmma serialisation warnings (C7513/C7515) would cost the sm90 kernel its overlap.
-  note "   ptxas wgmma serialisation warnings: $(grep -c -E 'C751[0-9]' /tmp/build.log)"
+  # wgmma serialisation warnings (C7513, C7515, C7520: all C75xx) would cost the sm90 kernels
+  # their overlap.
+  note "   ptxas wgmma serialisation warnings: $(grep -c -E 'C75[0-9][0-9]' /tmp/build.log)"
 fi
 
 if has_stage smoke; then
