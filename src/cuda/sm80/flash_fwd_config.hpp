@@ -62,7 +62,7 @@ struct Sm90TileConfig {
   constexpr int threads() const { return (consumer_warp_groups + 1) * 128; }
   constexpr int q_tile_bytes() const { return block_m * head_dim * 2; }
   constexpr int kv_tile_bytes() const { return block_n * head_dim * 2; }
-  // The output is staged in shared memory for coalesced 16-byte stores where it fits (D <= 128).
+  // The output is staged in shared memory for TMA stores where it fits (D <= 128).
   constexpr int o_stage_bytes() const { return head_dim <= 128 ? block_m * head_dim * 2 : 0; }
   // Q tiles + stages x (K tile + V tile) + output staging + 1 KB of barriers, plus 1 KB to
   // align the base to the 1024-byte swizzle atom.

@@ -710,8 +710,9 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 #endif
 
     // Epilogue: O / l, staged through shared memory (16-byte chunks XOR-swizzled by row, so
-    // both the fragment writes and the row reads are free of bank conflicts) and written with
-    // coalesced 16-byte stores; or straight from the registers. Then the logsumexp.
+    // the fragment writes are free of bank conflicts) and written by TMA stores (or, with
+    // TILEATTN_SM90_TMA_STORE=0, coalesced 16-byte stores); or straight from the registers.
+    // Then the logsumexp.
     // Where ptxas spills (kRereadCoords), lane, warp and tile coordinates are read afresh here
     // (thread_index_now, the warp's out_coords slot) instead of being held across the main
     // loop: with shared memory taking nearly all of L1, the spill reloads went to L2

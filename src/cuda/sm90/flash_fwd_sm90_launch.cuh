@@ -49,7 +49,8 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
                        p.v_stride_l, p.v_stride_h, p.v_stride_b, cfg.block_n))
     return cudaErrorNotSupported;
   // The output by TMA stores from the staging buffer where there is one and 16-byte stores are
-  // legal (out type T, aligned rows); TILEATTN_SM90_TMA_STORE=0: the 16-byte stores.
+  // legal (out type T, aligned rows); TILEATTN_SM90_TMA_STORE=0: the 16-byte stores. A store
+  // copies the 16-bit elements as they are, so the map's bf16 type serves f16 output too.
   params.o_tma = cfg.o_stage_bytes() > 0 && p.vector_stores &&
                  sm90_option("TILEATTN_SM90_TMA_STORE", true) &&
                  encode_tile_map(&params.o_map, p.out, bf16, p.dim_v, p.len_q, p.heads_q, p.batch,
