@@ -4,7 +4,7 @@
 # benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
 #
 #   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test sanitize race_repeat
-#                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd)
+#                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80)
 #                                        bwd_parts
 #                                        (default: build test sanitize bench bench_bwd;
 #                                        bench_bwd: the backward vs PyTorch FA2 and cuDNN;
@@ -363,13 +363,19 @@ PY
     done
   done
 fi
-if has_stage ncu_src; then  # per-SASS-instruction stall samples of an sm90 kernel, and its SASS:
+if has_stage ncu_src; then  # per-SASS-instruction stall samples of one kernel, and its SASS:
   stage_mark ncu_src
-  # NCU_SRC=bwd (default) the backward, NCU_SRC=fwd the forward (first launch: non-causal)
+  # NCU_SRC=bwd (default) the sm90 backward, NCU_SRC=fwd the sm90 forward (first launch:
+  # non-causal), NCU_SRC=bwd_sm80 the sm80 backward (run with TILEATTN_CUDA_DISABLE_SM90=1).
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192} dir=${NCU_SRC:-bwd}
-  bwd_flag=$([[ $dir == fwd ]] && echo 0 || echo 1)
-  kernel=flash_${dir}_sm90_kernel
+  case $dir in
+    fwd) kernel=flash_fwd_sm90_kernel bwd_flag=0 obj=sm90/flash_fwd_sm90_hdim$D.cu.o ;;
+    bwd_sm80)
+      kernel=flash_bwd_kernel bwd_flag=1 obj=sm80/flash_bwd_hdim$D.cu.o
+      export TILEATTN_CUDA_DISABLE_SM90=1 ;;
+    *) kernel=flash_bwd_sm90_kernel bwd_flag=1 obj=sm90/flash_bwd_sm90_hdim$D.cu.o ;;
+  esac
   timeout 200 "$NCU" --kernel-name regex:"$kernel" --launch-count 1 --section SpeedOfLight \
     --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section LaunchStats --print-details all \
@@ -380,8 +386,8 @@ if has_stage ncu_src; then  # per-SASS-instruction stall samples of an sm90 kern
     --backward "$bwd_flag" --dims "$D" --lengths "$L" --iters 1 --warmup 0 >/tmp/ncu_src.csv 2>&1 ||
     note "-- ncu_src failed"
   gzip -c /tmp/ncu_src.csv >"$OUT/ncu_src.csv.gz"
-  cuobjdump --dump-sass --gpu-architecture sm_90a \
-    "$BUILD/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_${dir}_sm90_hdim$D.cu.o" | gzip -c >"$OUT/${dir}_sm90.sass.gz"
+  cuobjdump --dump-sass --gpu-architecture sm_90a "$BUILD/src/CMakeFiles/tileattn.dir/cuda/$obj" |
+    gzip -c >"$OUT/${dir}.sass.gz"
 fi
 stage_mark end
 kill "$MONITOR" 2>/dev/null; wait "$MONITOR" 2>/dev/null
