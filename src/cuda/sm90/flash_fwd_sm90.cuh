@@ -15,7 +15,7 @@
 //             (wait_group 1) and run the online softmax of block j while P_{j-1} V_{j-1} is
 //             still on the tensor cores (FlashAttention-3's intra-warpgroup overlap). The
 //             warpgroups take turns to issue (ping-pong), so one's softmax overlaps another's
-//             GEMMs. At D 64 and 128 the softmax speculates: the exponentials against the
+//             GEMMs. The fast kernels' softmax speculates: the exponentials against the
 //             running maximum without the block's own, kept when none exceeds 2^8 (see softmax).
 // Score policies: the fast path (causal / window / key lengths, the softmax max taken on raw
 // scores, scale > 0) or kGeneral (mask, softcap, ALiBi through general_score_log2, and dropout,
