@@ -40,6 +40,14 @@ std::vector<Case> all_cases() {
   // The fast kernels' key-block loop (at D 128 unrolled by two) with odd and even block counts.
   add("Small_fast_d128_odd_blocks", [](Case& c) { c.Lq = 130, c.Lk = 530, c.D = 128; });
   add("Small_fast_d128_even_blocks", [](Case& c) { c.Lq = 70, c.Lk = 400, c.D = 128; });
+  // At D 256 (block_n 64) a causal tile's last key block holds no key for warpgroup 0 (rows
+  // 0-63 of the tile): the sm90 fast kernel skips it there. 320 rows: the last tile has 64, so
+  // warpgroup 1 has none. Lq > Lk bottom-right: a tile whose only block warpgroup 0 skips.
+  add("Small_causal_skip_block_d256", [](Case& c) {
+    c.B = 2, c.Lq = c.Lk = 320, c.Hq = 4, c.Hkv = 2, c.D = 256, c.causal = true;
+  });
+  add("Small_causal_skip_block_d256_lq_gt_lk",
+      [](Case& c) { c.Lq = 300, c.Lk = 100, c.D = 256, c.causal = true; });
   add("Small_dropout", [](Case& c) {
     c.B = 2, c.Lq = 70, c.Lk = 90, c.Hq = 4, c.Hkv = 2, c.D = 64, c.dropout = 0.3f;
   });
@@ -71,6 +79,10 @@ std::vector<Case> all_cases() {
   add("dv_lt_d", [](Case& c) { c.Lq = 40, c.Lk = 150, c.D = 128, c.Dv = 64; });
   add("dv_gt_d", [](Case& c) { c.Lq = 40, c.Lk = 150, c.D = 24, c.Dv = 200; });
   add("dv_odd", [](Case& c) { c.Lq = 19, c.Lk = 137, c.D = 64, c.Dv = 3; });
+  // The 256 bucket with the output's columns all in the first 128 (a staged epilogue's second
+  // half writes nothing) and ending inside the second.
+  add("Small_d256_dv_lt_128", [](Case& c) { c.Lq = 70, c.Lk = 150, c.D = 200, c.Dv = 64; });
+  add("Small_d256_dv_200", [](Case& c) { c.Lq = 130, c.Lk = 90, c.D = 144, c.Dv = 200; });
 
   // Heads: GQA, MQA.
   add("gqa", [](Case& c) { c.B = 2, c.Lq = 100, c.Lk = 200, c.Hq = 8, c.Hkv = 2, c.D = 64; });

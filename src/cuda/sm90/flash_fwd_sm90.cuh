@@ -199,6 +199,12 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   // so do the speculating ones (their scores and a second P buffer: 32 more registers).
   constexpr bool kSpeculate = cfg.speculate_max && !kGeneral;
   constexpr bool kRereadCoords = kDim > 128 || kGeneral || kSpeculate;
+  // Speculating kernels at block_n 64 (D 256): a tile's last key block may hold no key that a
+  // warpgroup's rows see (the causal diagonal's second block, for warpgroup 0). That
+  // warpgroup's loop then ends a block early; it takes the block's turns and releases its K / V
+  // slots without GEMMs. (Trimming half a block at block_n 128 by a branch around a wgmma, or
+  // a predicated one, made ptxas serialise the wgmmas: C7520.)
+  constexpr bool kSkipLast = kSpeculate && kBlockN == 64;
   constexpr int kConsumerGroups = cfg.consumer_warp_groups;
   constexpr int kTileFullBarrier = kTurnBarrier + 2 * kConsumerGroups;  // + consumer
   constexpr int kTileEmptyBarrier = kTileFullBarrier + kConsumerGroups;
@@ -215,7 +221,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
                                           ~static_cast<std::uintptr_t>(1023));  // q_stages x (block_m, D)
   T* const k_tiles = q_tiles + kQStages * kBlockM * kDim;  // stages x (block_n, D)
   T* const v_tiles = k_tiles + kStages * kBlockN * kDim;  // stages x (block_n, D)
-  T* const o_stage = v_tiles + kStages * kBlockN * kDim;  // (block_m, D) if o_stage_bytes > 0
+  T* const o_stage = v_tiles + kStages * kBlockN * kDim;  // (block_m, o_stage_cols)
   constexpr int kBarsOffset =  // bytes from the aligned base to the barrier block
       static_cast<int>((kQStages * kBlockM * kDim + 2 * kStages * kBlockN * kDim) * sizeof(T)) +
       cfg.o_stage_bytes();
@@ -613,10 +619,23 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
     };
 
+    // Whether this warpgroup's rows see no key of the tile's last block (kSkipLast): the visible
+    // keys' end grows with the row, so the warpgroup's last row bounds all of them. n_wg: the
+    // key blocks this warpgroup computes.
+    bool last_skip = false;
+    if constexpr (kSkipLast) {
+      if (w.n_blocks > 0) {
+        int first, last;
+        tile.visible(tile.m0 + min(consumer * 64 + 63, tile.rows_in_block - 1), first, last);
+        last_skip = last <= (w.n_block_begin + w.n_blocks - 1) * kBlockN;
+      }
+    }
+    const int n_wg = w.n_blocks - (last_skip ? 1 : 0);
+
     // Order inside one iteration (as FlashAttention-3): the O rescale and the P conversion are
     // placed where no in-flight wgmma reads their registers (ptxas would otherwise serialise
     // the wgmma pipeline, warning C7513).
-    if (w.n_blocks > 0) {
+    if (n_wg > 0) {
       float s[kNTiles][4];
       // P buffers. Speculating kernels keep the scores (a block may be redone from them) and
       // pack P during the softmax into the buffer that P_{j-1} V_{j-1}, still running, does
@@ -635,7 +654,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         wgmma_wait<0>();
         fence_operand(s);
         release(&bars.k_empty[slot]);
-        if (w.n_blocks == 1) release(&bars.q_empty[q_slot]);
+        if (n_wg == 1) release(&bars.q_empty[q_slot]);
         softmax(s, pa0, w.n_block_begin, rescale);
         if constexpr (!kSpeculate) to_operand(s, pa0);
       }
@@ -658,7 +677,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         fence_operand(s);
         TILEATTN_TRACE(i, 5);
         release(&bars.k_empty[slot]);
-        if (i == w.n_blocks - 1) release(&bars.q_empty[q_slot]);
+        if (i == n_wg - 1) release(&bars.q_empty[q_slot]);
         softmax(s, pa_next, w.n_block_begin + i, rescale);
         TILEATTN_TRACE(i, 6);
         wgmma_wait<0>();
@@ -668,7 +687,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         if constexpr (!kSpeculate) to_operand(s, pa_next);
       };
       auto finish = [&](const POperand& pa_last) {  // the last block's P V
-        const int it = kv_it + w.n_blocks - 1, last = it % kStages;
+        const int it = kv_it + n_wg - 1, last = it % kStages;
         rescale_o(rescale);
         take_turn();
         mbarrier_wait(&bars.v_full[last], (it / kStages) & 1);
@@ -680,22 +699,38 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       };
       if constexpr (kSpeculate) {
         for (int i = 1;; i += 2) {
-          if (i >= w.n_blocks) {
+          if (i >= n_wg) {
             finish(pa0);
             break;
           }
           step(i, pa0, pa1);
-          if (i + 1 >= w.n_blocks) {
+          if (i + 1 >= n_wg) {
             finish(pa1);
             break;
           }
           step(i + 1, pa1, pa0);
         }
       } else {
-        for (int i = 1; i < w.n_blocks; ++i) step(i, pa0, pa0);
+        for (int i = 1; i < n_wg; ++i) step(i, pa0, pa0);
         finish(pa0);
       }
       kv_it += w.n_blocks;
+    }
+    if (last_skip) {
+      // The skipped block: its turns (the finish's, and also the first block's when it is the
+      // tile's only one), and its K and V slots, released once loaded (so that each release
+      // counts towards this use of the slot).
+      if (n_wg == 0) kv_it += w.n_blocks;
+      const int it = kv_it - 1, slot = it % kStages;
+      for (int turn = n_wg > 0 ? 1 : 2; turn > 0; --turn) {
+        take_turn();
+        pass_turn();
+      }
+      mbarrier_wait(&bars.k_full[slot], (it / kStages) & 1);
+      release(&bars.k_empty[slot]);
+      mbarrier_wait(&bars.v_full[slot], (it / kStages) & 1);
+      release(&bars.v_empty[slot]);
+      if (n_wg == 0) release(&bars.q_empty[q_slot]);
     }
     TILEATTN_TRACE_TILE(q_pass, 3);
 #ifdef TILEATTN_FWD_TRACE
@@ -751,45 +786,55 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     if constexpr (cfg.o_stage_bytes() > 0) {
       if (p.vector_stores) {
         // The warpgroup's 64 rows in column blocks of (64 rows, 64 columns), each row's 16-byte
-        // chunks XOR-swizzled by row: the TMA map's 128-byte swizzle.
-        constexpr int kChunks = kDim / 8;  // 16-byte chunks per row
+        // chunks XOR-swizzled by row: the TMA map's 128-byte swizzle. kStageCols columns per
+        // pass (D 256: two passes through one buffer).
+        constexpr int kStageCols = cfg.o_stage_cols(), kPassTiles = kStageCols / 8;
+        constexpr int kChunks = kStageCols / 8;  // 16-byte chunks per row and pass
         const int e_group = e_warp / 4;
-        T* stage = o_stage + e_group * 64 * kDim;
+        T* stage = o_stage + e_group * 64 * kStageCols;
         auto stage_at = [&](int r, int chunk) {
           return stage + (chunk / 8) * 64 * 64 + r * 64 + ((chunk % 8) ^ (r & 7)) * 8;
         };
         const int stage_barrier = kTurnBarrier + kConsumerGroups + e_group;
         const bool store_issuer = e_warp % 4 == 0 && e_lane == 0;
-        if (params.o_tma && store_issuer) bulk_wait_all<true>();  // the last TMA store read it
-        named_barrier_sync(stage_barrier, 128);  // the previous tile's reads are done
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = (e_warp % 4) * 16 + e_g + 8 * hh;
+        for (int pass = 0; pass < kDim / kStageCols; ++pass) {
+          // The last TMA store (the previous pass's or tile's) has read the buffer.
+          if (params.o_tma && store_issuer) bulk_wait_all<true>();
+          named_barrier_sync(stage_barrier, 128);  // and every thread's reads of it are done
 #pragma unroll
-          for (int dt = 0; dt < kDTiles; ++dt)
-            *reinterpret_cast<std::uint32_t*>(stage_at(r, dt) + 2 * e_t) =
-                MmaType<T>::pack(acc_o[dt][2 * hh] * inv_sum[hh],
-                                 acc_o[dt][2 * hh + 1] * inv_sum[hh]);
-        }
-        if (params.o_tma) fence_proxy_async_shared();  // the writes, to the TMA store
-        named_barrier_sync(stage_barrier, 128);
-        const int row_base = e_warp_row0 - (e_warp % 4) * 16;
-        if (params.o_tma) {
-          if (store_issuer) {
+          for (int hh = 0; hh < 2; ++hh) {
+            const int r = (e_warp % 4) * 16 + e_g + 8 * hh;
 #pragma unroll
-            for (int cb = 0; cb < kColBlocks; ++cb)
-              tma_store_4d(&params.o_map, stage + cb * 64 * 64, cb * 64, row_base, e_h, e_b);
-            bulk_commit_group();
+            for (int dt = 0; dt < kPassTiles; ++dt) {
+              const int d_tile = pass * kPassTiles + dt;
+              *reinterpret_cast<std::uint32_t*>(stage_at(r, dt) + 2 * e_t) =
+                  MmaType<T>::pack(acc_o[d_tile][2 * hh] * inv_sum[hh],
+                                   acc_o[d_tile][2 * hh + 1] * inv_sum[hh]);
+            }
           }
-        } else {
-          T* out = static_cast<T*>(p.out) + e_b * p.o_stride_b + e_h * p.o_stride_h;
+          if (params.o_tma) fence_proxy_async_shared();  // the writes, to the TMA store
+          named_barrier_sync(stage_barrier, 128);
+          const int row_base = e_warp_row0 - (e_warp % 4) * 16;
+          if (params.o_tma) {
+            if (store_issuer) {
 #pragma unroll
-          for (int idx = e_lane + (e_warp % 4) * 32; idx < 64 * kChunks; idx += 128) {
-            const int r = idx / kChunks, c = idx % kChunks;
-            if (row_base + r < p.len_q && c * 8 < p.dim_v)
-              *reinterpret_cast<uint4*>(out +
-                                        static_cast<std::int64_t>(row_base + r) * p.o_stride_l +
-                                        c * 8) = *reinterpret_cast<const uint4*>(stage_at(r, c));
+              for (int cb = 0; cb < kStageCols / 64; ++cb)
+                tma_store_4d(&params.o_map, stage + cb * 64 * 64, pass * kStageCols + cb * 64,
+                             row_base, e_h, e_b);
+              bulk_commit_group();
+            }
+          } else {
+            T* out = static_cast<T*>(p.out) + e_b * p.o_stride_b + e_h * p.o_stride_h +
+                     pass * kStageCols;
+#pragma unroll
+            for (int idx = e_lane + (e_warp % 4) * 32; idx < 64 * kChunks; idx += 128) {
+              const int r = idx / kChunks, c = idx % kChunks;
+              if (row_base + r < p.len_q && pass * kStageCols + c * 8 < p.dim_v)
+                *reinterpret_cast<uint4*>(out +
+                                          static_cast<std::int64_t>(row_base + r) * p.o_stride_l +
+                                          c * 8) = *reinterpret_cast<const uint4*>(stage_at(r, c));
+            }
           }
         }
         stored = true;
