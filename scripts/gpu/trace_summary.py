@@ -18,6 +18,7 @@ BLOCK_POINTS = ["top", "turn", "K ready", "S issued", "PV issued", "S ready", "s
                 "PV done"]
 TILE_PHASES = ["top -> index", "index -> Q ready", "Q -> last PV done", "epilogue",
                "-> next top"]
+EPILOGUE_PHASES = ["1/l", "buffer free", "written", "stores issued", "lse"]
 
 
 def sections(path):
@@ -84,6 +85,30 @@ def summarise(lines):
         for name in TILE_PHASES:
             if medians[name]:
                 print(f"  {name:18s} {statistics.median(medians[name]):8.0f}")
+        # Inside the staged epilogue (stamps 5-8, where the trace build has them; a stamp
+        # left at 0 was not reached): last P V done -> 1 / l -> buffer free -> buffer written
+        # -> TMA stores issued -> epilogue done.
+        parts = defaultdict(list)
+        for wg in sorted(tiles):
+            for i, (n, t) in tiles[wg].items():
+                if i == 0 or len(t) < 9 or 0 in t[5:9]:
+                    continue
+                points = [t[3], t[5], t[6], t[7], t[8], t[4]]
+                for name, a, b in zip(EPILOGUE_PHASES, points, points[1:]):
+                    parts[(wg, name)].append(b - a)
+        if parts:
+            print("staged epilogue (medians over tiles 1 and later, clocks):")
+            for wg in sorted(tiles):
+                cells = " ".join(f"{name} {statistics.median(parts[(wg, name)]):.0f},"
+                                 for name in EPILOGUE_PHASES if parts[(wg, name)])
+                print(f"  warpgroup {wg}: {cells.rstrip(',')}")
+        # The warpgroups' offset (same SM clock): warpgroup 1's stamp minus warpgroup 0's.
+        if 0 in tiles and 1 in tiles:
+            for k, name in ((0, "loop top"), (3, "last P V done"), (4, "epilogue done")):
+                offsets = [tiles[1][i][1][k] - tiles[0][i][1][k] for i in tiles[0]
+                           if i > 0 and i in tiles[1]]
+                if offsets:
+                    print(f"  warpgroup 1 - 0 at {name}: median {statistics.median(offsets):.0f}")
 
 
 def main(path):

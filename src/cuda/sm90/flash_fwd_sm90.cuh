@@ -140,13 +140,14 @@ __device__ __forceinline__ void max_tree(float (&v)[N]) {
 // in CTA 0 stores clock64() to global memory in the launches numbered kTraceLaunch modulo
 // kTracePeriod (scripts/gpu/trace_fwd.sh runs 2 warm-up and 3 timed launches per shape, so
 // each shape's second timed launch is traced, causal and not): at eight
-// points of every key block of its first tile, and at five points of each of its first
-// kTraceTiles tiles (loop top, tile index read, Q ready, last P V done, epilogue done).
+// points of every key block of its first tile, and at nine points of each of its first
+// kTraceTiles tiles (loop top, tile index read, Q ready, last P V done, epilogue done; inside
+// the staged epilogue: 1 / l done, buffer free, buffer written, TMA stores issued).
 // print_fwd_trace_kernel (launched after each forward) prints them (docs/perf/gpu.md, sessions
 // 15 and 16; scripts/gpu/trace_summary.py reads them). No printf in the kernel itself: a call
 // inside it makes ptxas serialise the wgmmas.
 inline constexpr int kTraceIters = 24, kTracePoints = 8, kTraceLaunch = 3, kTracePeriod = 5;
-inline constexpr int kTraceTiles = 16, kTileTracePoints = 5;
+inline constexpr int kTraceTiles = 16, kTileTracePoints = 9;
 static __device__ unsigned g_trace_launches[4];  // per consumer warpgroup
 static __device__ long long g_trace[4][kTraceIters][kTracePoints];
 static __device__ int g_trace_blocks[4];
@@ -165,8 +166,8 @@ static __global__ void print_fwd_trace_kernel() {
     }
     for (int i = 0; i < g_trace_tile_count[c] && i < kTraceTiles; ++i) {
       const long long* t = g_trace_tiles[c][i];
-      printf("trace wg %d tile %d blocks %d: %lld %lld %lld %lld %lld\n", c, i,
-             g_trace_tile_blocks[c][i], t[0], t[1], t[2], t[3], t[4]);
+      printf("trace wg %d tile %d blocks %d: %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", c,
+             i, g_trace_tile_blocks[c][i], t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]);
     }
     g_trace_blocks[c] = 0;
     g_trace_tile_count[c] = 0;
@@ -782,6 +783,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       row_sum[hh] = l;
       inv_sum[hh] = l > 0.0f ? 1.0f / l : 0.0f;
     }
+    TILEATTN_TRACE_TILE(q_pass, 5);
     bool stored = false;
     if constexpr (cfg.o_stage_bytes() > 0) {
       if (p.vector_stores) {
@@ -802,6 +804,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
           // The last TMA store (the previous pass's or tile's) has read the buffer.
           if (params.o_tma && store_issuer) bulk_wait_all<true>();
           named_barrier_sync(stage_barrier, 128);  // and every thread's reads of it are done
+          TILEATTN_TRACE_TILE(q_pass, 6);
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int r = (e_warp % 4) * 16 + e_g + 8 * hh;
@@ -815,6 +818,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
           }
           if (params.o_tma) fence_proxy_async_shared();  // the writes, to the TMA store
           named_barrier_sync(stage_barrier, 128);
+          TILEATTN_TRACE_TILE(q_pass, 7);
           const int row_base = e_warp_row0 - (e_warp % 4) * 16;
           if (params.o_tma) {
             if (store_issuer) {
@@ -824,6 +828,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
                              row_base, e_h, e_b);
               bulk_commit_group();
             }
+            TILEATTN_TRACE_TILE(q_pass, 8);
           } else {
             T* out = static_cast<T*>(p.out) + e_b * p.o_stride_b + e_h * p.o_stride_h +
                      pass * kStageCols;
