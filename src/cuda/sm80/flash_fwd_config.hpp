@@ -59,6 +59,9 @@ struct Sm90TileConfig {
   // block's maximum, kept when all stay below 2^8 (else the block is redone). It needs a second
   // P buffer (32 registers); the general kernels and eager rescaling never speculate.
   bool speculate_max = false;
+  // The epilogue's row values (1 / l, the logsumexp) and its first wait for the staging buffer
+  // are done while the tile's last P V runs instead of after it.
+  bool early_epilogue_rows = false;
   constexpr int threads() const { return (consumer_warp_groups + 1) * 128; }
   constexpr int q_tile_bytes() const { return block_m * head_dim * 2; }
   constexpr int kv_tile_bytes() const { return block_n * head_dim * 2; }
@@ -86,10 +89,11 @@ constexpr Sm90TileConfig sm90_tile_config(int bucket) {
     // every 8th; at D 128 every 16th cost 2-3%). Speculation (session 16 A/B): D 64
     // +2..+10%, D 128 +2..+6%. D 256 speculates with block_n 64 (at 80 ptxas spilled 48 bytes
     // and 1k lost 4-8%); session 17 A/B against block_n 80 without it: +0.2..3.3%.
-    case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 16, true};  // 178 KB shared memory
+    // early_epilogue_rows (session 18 A/B): D 64 +0.6..1.2%, D 128 -0.2..+1.2%, D 256 -1.1..0%.
+    case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 16, true, true};  // 178 KB shared memory
     // D 128: 194 KB (a second Q buffer: 226 KB, -8..15%).
-    case 128: return {128, 128, 128, 2, 2, 24, 240, 1, 0, true};
-    case 256: return {256, 128, 64, 2, 2, 24, 240, 1, 0, true};  // 226 KB
+    case 128: return {128, 128, 128, 2, 2, 24, 240, 1, 0, true, true};
+    case 256: return {256, 128, 64, 2, 2, 24, 240, 1, 0, true, false};  // 226 KB
     default: return {0, 0, 0, 0, 0, 0, 0, 0, 0, false};
   }
 }

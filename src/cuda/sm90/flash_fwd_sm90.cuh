@@ -633,6 +633,32 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     }
     const int n_wg = w.n_blocks - (last_skip ? 1 : 0);
 
+    // The epilogue's row values, 1 / l and the logsumexp, and its first wait for the staging
+    // buffer: where the config says so (early_epilogue_rows), done while the tile's last P V
+    // runs (finish) rather than after it. After it, 1 / l waited ~500 clocks behind the other
+    // warpgroup's exponentials in the MUFU queue and the buffer ~250 (trace, session 18, D 64,
+    // L 1024).
+    float inv_sum[2] = {0.0f, 0.0f}, row_lse[2] = {-INFINITY, -INFINITY};
+    constexpr bool kStagedOutput = cfg.o_stage_bytes() > 0, kEarlyRows = cfg.early_epilogue_rows;
+    bool stage_free = false;  // the staging buffer's first wait was done in finish
+    auto finalise_rows = [&] {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float l = row_sum[hh];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        // l >= 1 where positive (the running max's own term is 2^0), at most 2^8 per key.
+        inv_sum[hh] = l > 0.0f ? __fdividef(1.0f, l) : 0.0f;
+        row_lse[hh] = l > 0.0f ? (row_max[hh] + __log2f(l)) * kLn2 : -INFINITY;
+      }
+    };
+    // The last TMA store (the previous tile's) has read the staging buffer, and every thread
+    // of the warpgroup knows it.
+    auto wait_stage_free = [&](int group) {
+      if (params.o_tma && thread_index_now() % 128 == 0) bulk_wait_all<true>();
+      named_barrier_sync(kTurnBarrier + kConsumerGroups + group, 128);
+    };
+
     // Order inside one iteration (as FlashAttention-3): the O rescale and the P conversion are
     // placed where no in-flight wgmma reads their registers (ptxas would otherwise serialise
     // the wgmma pipeline, warning C7513).
@@ -694,6 +720,15 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         mbarrier_wait(&bars.v_full[last], (it / kStages) & 1);
         issue_pv(pa_last, last);
         pass_turn();
+        if constexpr (kEarlyRows) {
+          finalise_rows();
+          if constexpr (kStagedOutput) {
+            if (p.vector_stores) {
+              wait_stage_free(consumer);
+              stage_free = true;
+            }
+          }
+        }
         wgmma_wait<0>();
         fence_operand(acc_o);
         release(&bars.v_empty[last]);
@@ -774,15 +809,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     }
     const int e_g = e_lane / 4, e_t = e_lane % 4;
     const int e_row0 = e_warp_row0 + e_g;  // rows e_row0, e_row0 + 8
-    float inv_sum[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float l = row_sum[hh];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      row_sum[hh] = l;
-      inv_sum[hh] = l > 0.0f ? 1.0f / l : 0.0f;
-    }
+    if constexpr (!kEarlyRows) finalise_rows();
     TILEATTN_TRACE_TILE(q_pass, 5);
     bool stored = false;
     if constexpr (cfg.o_stage_bytes() > 0) {
@@ -794,16 +821,22 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         constexpr int kChunks = kStageCols / 8;  // 16-byte chunks per row and pass
         const int e_group = e_warp / 4;
         T* stage = o_stage + e_group * 64 * kStageCols;
-        auto stage_at = [&](int r, int chunk) {
-          return stage + (chunk / 8) * 64 * 64 + r * 64 + ((chunk % 8) ^ (r & 7)) * 8;
+        // Explicit shared-memory accesses: through the generic pointer ptxas emitted generic
+        // (64-bit address) stores and loads.
+        const std::uint32_t stage_address = smem_address(stage);
+        auto stage_at = [&](int r, int chunk) {  // a shared-window address
+          return stage_address + static_cast<std::uint32_t>(
+                                     ((chunk / 8) * 64 * 64 + r * 64 + ((chunk % 8) ^ (r & 7)) * 8) *
+                                     static_cast<int>(sizeof(T)));
         };
         const int stage_barrier = kTurnBarrier + kConsumerGroups + e_group;
         const bool store_issuer = e_warp % 4 == 0 && e_lane == 0;
 #pragma unroll
         for (int pass = 0; pass < kDim / kStageCols; ++pass) {
-          // The last TMA store (the previous pass's or tile's) has read the buffer.
-          if (params.o_tma && store_issuer) bulk_wait_all<true>();
-          named_barrier_sync(stage_barrier, 128);  // and every thread's reads of it are done
+          // The last TMA store (the previous pass's or tile's) has read the buffer, and every
+          // thread's reads of it are done (the first pass: in finish, unless the warpgroup
+          // computed no key block).
+          if (pass > 0 || !stage_free) wait_stage_free(e_group);
           TILEATTN_TRACE_TILE(q_pass, 6);
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
@@ -811,9 +844,9 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 #pragma unroll
             for (int dt = 0; dt < kPassTiles; ++dt) {
               const int d_tile = pass * kPassTiles + dt;
-              *reinterpret_cast<std::uint32_t*>(stage_at(r, dt) + 2 * e_t) =
-                  MmaType<T>::pack(acc_o[d_tile][2 * hh] * inv_sum[hh],
-                                   acc_o[d_tile][2 * hh + 1] * inv_sum[hh]);
+              store_shared_u32(stage_at(r, dt) + 4 * e_t,
+                               MmaType<T>::pack(acc_o[d_tile][2 * hh] * inv_sum[hh],
+                                                acc_o[d_tile][2 * hh + 1] * inv_sum[hh]));
             }
           }
           if (params.o_tma) fence_proxy_async_shared();  // the writes, to the TMA store
@@ -838,7 +871,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
               if (row_base + r < p.len_q && pass * kStageCols + c * 8 < p.dim_v)
                 *reinterpret_cast<uint4*>(out +
                                           static_cast<std::int64_t>(row_base + r) * p.o_stride_l +
-                                          c * 8) = *reinterpret_cast<const uint4*>(stage_at(r, c));
+                                          c * 8) = load_shared_v4u(stage_at(r, c));
             }
           }
         }
@@ -875,7 +908,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     out_base += (e_b * p.o_stride_b + e_h * p.o_stride_h) * out_esize;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const float l = row_sum[hh], inv = inv_sum[hh];
+      const float inv = inv_sum[hh];
       const int i = e_row0 + 8 * hh;
       if (i >= p.len_q) continue;
       char* out_row = out_base + static_cast<std::int64_t>(i) * p.o_stride_l * out_esize;
@@ -891,8 +924,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         }
       }
       if (p.lse != nullptr && e_t == 0)
-        p.lse[e_b * p.lse_stride_b + e_h * p.lse_stride_h + i * p.lse_stride_l] =
-            l > 0.0f ? (row_max[hh] + __log2f(l)) * kLn2 : -INFINITY;
+        p.lse[e_b * p.lse_stride_b + e_h * p.lse_stride_h + i * p.lse_stride_l] = row_lse[hh];
     }
     TILEATTN_TRACE_TILE(q_pass, 4);
   }
