@@ -89,7 +89,7 @@ constexpr Sm90TileConfig sm90_tile_config(int bucket) {
     // every 8th; at D 128 every 16th cost 2-3%). Speculation (session 16 A/B): D 64
     // +2..+10%, D 128 +2..+6%. D 256 speculates with block_n 64 (at 80 ptxas spilled 48 bytes
     // and 1k lost 4-8%); session 17 A/B against block_n 80 without it: +0.2..3.3%.
-    // early_epilogue_rows (session 18 A/B): D 64 +0.6..1.2%, D 128 -0.2..+1.2%, D 256 -1.1..0%.
+    // early_epilogue_rows (session 18 A/B): D 64 +0.5..1.1%, D 128 +0.2..1.2%, D 256 -1.1..0%.
     case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 16, true, true};  // 178 KB shared memory
     // D 128: 194 KB (a second Q buffer: 226 KB, -8..15%).
     case 128: return {128, 128, 128, 2, 2, 24, 240, 1, 0, true, true};
