@@ -825,9 +825,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         // (64-bit address) stores and loads.
         const std::uint32_t stage_address = smem_address(stage);
         auto stage_at = [&](int r, int chunk) {  // a shared-window address
-          return stage_address + static_cast<std::uint32_t>(
-                                     ((chunk / 8) * 64 * 64 + r * 64 + ((chunk % 8) ^ (r & 7)) * 8) *
-                                     static_cast<int>(sizeof(T)));
+          const int element = (chunk / 8) * 64 * 64 + r * 64 + ((chunk % 8) ^ (r & 7)) * 8;
+          return stage_address + static_cast<std::uint32_t>(element * sizeof(T));
         };
         const int stage_barrier = kTurnBarrier + kConsumerGroups + e_group;
         const bool store_issuer = e_warp % 4 == 0 && e_lane == 0;
