@@ -12,12 +12,15 @@
 set -euo pipefail
 TOOLS=/tmp/nvdisasm-11.8
 if [[ ! -x $TOOLS/usr/bin/nvdisasm ]]; then
-  if ! apt-cache show nvidia-cuda-toolkit >/dev/null 2>&1; then
-    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+  download() { (cd /tmp && apt-get download -qq nvidia-cuda-toolkit 2>/dev/null); }
+  if ! download; then
+    printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm' \
+      'Components: contrib non-free' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' \
       >/etc/apt/sources.list.d/non-free.sources
     apt-get update -qq
+    download
   fi
-  mkdir -p "$TOOLS" && (cd /tmp && apt-get download -qq nvidia-cuda-toolkit 2>/dev/null)
+  mkdir -p "$TOOLS"
   dpkg -x /tmp/nvidia-cuda-toolkit_*.deb "$TOOLS"
 fi
 copy=$(mktemp --suffix=.cubin)
