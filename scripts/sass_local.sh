@@ -2,10 +2,11 @@
 # SASS of a cubin on a machine without cuobjdump / nvdisasm (the dev VM): Debian's non-free
 # nvidia-cuda-toolkit (CUDA 11.8) has nvdisasm, which decodes sm_90a code (HGMMA included) but
 # not the ELF header that nvcc 13 writes, so the header's OS ABI and flags are rewritten to the
-# CUDA 11 form (EF_CUDA_SM90) in a copy first.
+# CUDA 11 form in a copy first (sm_80 and sm_90a cubins checked).
 #
 #   bash scripts/sass_local.sh FILE.cubin > FILE.sass
-#   (a cubin: nvcc ... -gencode arch=compute_90a,code=sm_90a -cubin -o FILE.cubin SOURCE.cu)
+#   (a cubin: nvcc ... -gencode arch=compute_90a,code=sm_90a -cubin -o FILE.cubin SOURCE.cu,
+#   or code=sm_80)
 #
 # The first run fetches the package (~84 MB) into /tmp/nvdisasm-11.8 (needs the non-free
 # component in the apt sources; the script adds it).
@@ -28,8 +29,10 @@ trap 'rm -f "$copy"' EXIT
 python3 - "$1" "$copy" <<'PY'
 import struct, sys
 elf = bytearray(open(sys.argv[1], 'rb').read())
+sm = (struct.unpack_from('<I', elf, 0x30)[0] >> 8) & 0xff  # nvcc 13: the SM in bits 8-15
 elf[7], elf[8] = 0x33, 7                      # OS ABI and ABI version of CUDA 11 cubins
-struct.pack_into('<I', elf, 0x30, 0x5a055a)   # e_flags: sm_90, 64-bit addresses
+# CUDA 11 e_flags: the SM in bits 0-7 and (virtual) 16-23, 0x500 for 64-bit addresses
+struct.pack_into('<I', elf, 0x30, sm | 0x500 | sm << 16)
 open(sys.argv[2], 'wb').write(elf)
 PY
 "$TOOLS/usr/bin/nvdisasm" -c "$copy"
