@@ -45,26 +45,6 @@ __device__ __forceinline__ int thread_index_now() {
   return tid;
 }
 
-// 4 x 4 transpose across the four lanes of a quad (t = lane % 4): lane t's a[j] becomes lane
-// j's a[t]. Round m (1, then 2): of each pair (j, j | m), a lane swaps the entry whose index
-// bit m differs from its own bit m with the partner lane t ^ m, whose entry there is the one
-// it needs.
-__device__ __forceinline__ void quad_transpose(std::uint32_t (&a)[4], int t) {
-#pragma unroll
-  for (int m = 1; m <= 2; m <<= 1) {
-    const bool upper = (t & m) != 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if ((j & m) != 0) continue;
-      const std::uint32_t r = __shfl_xor_sync(0xffffffffu, upper ? a[j] : a[j | m], m);
-      if (upper)
-        a[j] = r;
-      else
-        a[j | m] = r;
-    }
-  }
-}
-
 // d += a * b for one m16n8k16 tile.
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4],

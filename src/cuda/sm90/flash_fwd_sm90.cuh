@@ -782,8 +782,9 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 
     // Epilogue: O / l, staged through shared memory (16-byte chunks XOR-swizzled by row, so
     // the fragment writes are free of bank conflicts) and written by TMA stores (or, with
-    // TILEATTN_SM90_TMA_STORE=0, coalesced 16-byte stores); or straight from the registers.
-    // Then the logsumexp.
+    // TILEATTN_SM90_TMA_STORE=0, coalesced 16-byte stores) where the output is 16-bit with
+    // aligned rows; any other output element by element from the registers. Then the
+    // logsumexp.
     // Where ptxas spills (kRereadCoords), lane, warp and tile coordinates are read afresh here
     // (thread_index_now, the warp's out_coords slot) instead of being held across the main
     // loop: with shared memory taking nearly all of L1, the spill reloads went to L2
@@ -876,31 +877,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         }
         stored = true;
       }
-    } else if (p.vector_stores) {  // out type T, 16-byte aligned rows, no shared memory left
-      // A lane holds two columns of each n8 tile; a 4 x 4 transpose across the quad (two
-      // butterfly rounds of shuffles) gives lane t all eight columns of tile 4k + t, stored
-      // with one 16-byte store: a quarter of the store instructions and L1 wavefronts of
-      // storing the pairs.
-      static_assert(kDTiles % 4 == 0);
-      T* out = static_cast<T*>(p.out) + e_b * p.o_stride_b + e_h * p.o_stride_h;
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int i = e_row0 + 8 * hh;
-        T* out_row = out + static_cast<std::int64_t>(i) * p.o_stride_l;
-#pragma unroll
-        for (int k = 0; k < kDTiles / 4; ++k) {
-          std::uint32_t a[4];  // a[j]: columns (4k + j) * 8 + 2t, +1
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-            a[j] = MmaType<T>::pack(acc_o[4 * k + j][2 * hh] * inv_sum[hh],
-                                    acc_o[4 * k + j][2 * hh + 1] * inv_sum[hh]);
-          quad_transpose(a, e_t);
-          const int col = (4 * k + e_t) * 8;  // a[j]: columns col + 2j, +1
-          if (i < p.len_q && col < p.dim_v)
-            *reinterpret_cast<uint4*>(out_row + col) = make_uint4(a[0], a[1], a[2], a[3]);
-        }
-      }
-      stored = true;
     }
     char* out_base = static_cast<char*>(p.out);
     const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
