@@ -207,6 +207,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   // a predicated one, made ptxas serialise the wgmmas: C7520.)
   constexpr bool kSkipLast = kSpeculate && kBlockN == 64;
   constexpr int kConsumerGroups = cfg.consumer_warp_groups;
+  constexpr int kStageBarrier = kTurnBarrier + kConsumerGroups;  // + consumer: output staging
   constexpr int kTileFullBarrier = kTurnBarrier + 2 * kConsumerGroups;  // + consumer
   constexpr int kTileEmptyBarrier = kTileFullBarrier + kConsumerGroups;
   constexpr int kTileFullThreads = 32 + 128, kTileEmptyThreads = 32 + 128 * kConsumerGroups;
@@ -656,7 +657,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     // of the warpgroup knows it.
     auto wait_stage_free = [&](int group) {
       if (params.o_tma && thread_index_now() % 128 == 0) bulk_wait_all<true>();
-      named_barrier_sync(kTurnBarrier + kConsumerGroups + group, 128);
+      named_barrier_sync(kStageBarrier + group, 128);
     };
 
     // Order inside one iteration (as FlashAttention-3): the O rescale and the P conversion are
@@ -829,7 +830,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
           const int element = (chunk / 8) * 64 * 64 + r * 64 + ((chunk % 8) ^ (r & 7)) * 8;
           return stage_address + static_cast<std::uint32_t>(element * sizeof(T));
         };
-        const int stage_barrier = kTurnBarrier + kConsumerGroups + e_group;
+        const int stage_barrier = kStageBarrier + e_group;
         const bool store_issuer = e_warp % 4 == 0 && e_lane == 0;
 #pragma unroll
         for (int pass = 0; pass < kDim / kStageCols; ++pass) {
