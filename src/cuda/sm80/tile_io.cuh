@@ -49,8 +49,13 @@ __device__ __forceinline__ void load_tile(T* tile, const char* src, std::int64_t
   if (vector_loads) {
     constexpr int kChunks = kDim / 8;
     const T* base = reinterpret_cast<const T*>(src);
+    // Each thread's chunk count is a compile-time constant (every tile here is a whole number
+    // of rounds of the CTA's threads), so the copies are a straight run without a remainder
+    // loop or per-copy index arithmetic.
+    static_assert(kRows * kChunks % kThreads == 0, "a tile is whole rounds of 16-byte copies");
 #pragma unroll
-    for (int idx = tid; idx < kRows * kChunks; idx += kThreads) {
+    for (int round = 0; round < kRows * kChunks / kThreads; ++round) {
+      const int idx = tid + round * kThreads;
       const int row = idx / kChunks, chunk = idx % kChunks;
       const bool valid = row < rows_valid && chunk * 8 < cols_valid;
       const T* from = valid ? base + row * stride_l + chunk * 8 : base;
