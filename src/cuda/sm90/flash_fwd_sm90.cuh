@@ -813,6 +813,16 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     const int e_row0 = e_warp_row0 + e_g;  // rows e_row0, e_row0 + 8
     if constexpr (!kEarlyRows) finalise_rows();
     TILEATTN_TRACE_TILE(q_pass, 5);
+    // The logsumexp first: two stores that need only the row values, issued before the staging
+    // (after it they waited behind the TMA issue and the element path's set-up).
+    if (p.lse != nullptr && e_t == 0) {
+      float* lse_rows = p.lse + e_b * p.lse_stride_b + e_h * p.lse_stride_h;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = e_row0 + 8 * hh;
+        if (i < p.len_q) lse_rows[i * p.lse_stride_l] = row_lse[hh];
+      }
+    }
     bool stored = false;
     if constexpr (cfg.o_stage_bytes() > 0) {
       if (p.vector_stores) {
@@ -879,28 +889,28 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         stored = true;
       }
     }
-    char* out_base = static_cast<char*>(p.out);
-    const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
-    out_base += (e_b * p.o_stride_b + e_h * p.o_stride_h) * out_esize;
+    if (!stored) {  // element-wise stores from the registers (no staging buffer, or odd strides)
+      char* out_base = static_cast<char*>(p.out);
+      const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
+      out_base += (e_b * p.o_stride_b + e_h * p.o_stride_h) * out_esize;
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const float inv = inv_sum[hh];
-      const int i = e_row0 + 8 * hh;
-      if (i >= p.len_q) continue;
-      char* out_row = out_base + static_cast<std::int64_t>(i) * p.o_stride_l * out_esize;
+      for (int hh = 0; hh < 2; ++hh) {
+        const float inv = inv_sum[hh];
+        const int i = e_row0 + 8 * hh;
+        if (i >= p.len_q) continue;
+        char* out_row = out_base + static_cast<std::int64_t>(i) * p.o_stride_l * out_esize;
 #pragma unroll
-      for (int dt = 0; dt < kDTiles && !stored; ++dt) {
-        const int col = dt * 8 + 2 * e_t;
-        const float x = acc_o[dt][2 * hh] * inv, y = acc_o[dt][2 * hh + 1] * inv;
-        if (p.pair_stores && col + 1 < p.dim_v) {
-          store_pair(out_row, col, p.out_type, x, y);
-        } else {
-          if (col < p.dim_v) store_elem(out_row, col, p.out_type, x);
-          if (col + 1 < p.dim_v) store_elem(out_row, col + 1, p.out_type, y);
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          const int col = dt * 8 + 2 * e_t;
+          const float x = acc_o[dt][2 * hh] * inv, y = acc_o[dt][2 * hh + 1] * inv;
+          if (p.pair_stores && col + 1 < p.dim_v) {
+            store_pair(out_row, col, p.out_type, x, y);
+          } else {
+            if (col < p.dim_v) store_elem(out_row, col, p.out_type, x);
+            if (col + 1 < p.dim_v) store_elem(out_row, col + 1, p.out_type, y);
+          }
         }
       }
-      if (p.lse != nullptr && e_t == 0)
-        p.lse[e_b * p.lse_stride_b + e_h * p.lse_stride_h + i * p.lse_stride_l] = row_lse[hh];
     }
     TILEATTN_TRACE_TILE(q_pass, 4);
   }
