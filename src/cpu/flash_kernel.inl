@@ -82,15 +82,17 @@ void scores_block(const TileJob& job, const float* k_block) {
 }
 
 // out[r][col0 + c*kLanes ..] = row_scale[r] * out[r] + sum_k p[r][k] * v[k] for r < Rows,
-// over Vecs vectors of one V panel ([block_k][width], contiguous).
-template <int Rows, int Vecs>
+// over Vecs vectors of one V panel ([block_k][width], contiguous). Without Rescale every
+// row_scale is 1 and the accumulator starts from out as it is.
+template <int Rows, int Vecs, bool Rescale>
 inline void pv_micro(const float* p, const float* v_panel, std::int64_t width, std::int64_t dvp,
                      std::int64_t col0, const float* row_scale, float* out) {
   VecF acc[Rows][Vecs];
-  for (int r = 0; r < Rows; ++r) {
-    const VecF alpha = splat(row_scale[r]);
-    for (int c = 0; c < Vecs; ++c) acc[r][c] = mul(alpha, load(out + r * dvp + col0 + c * kLanes));
-  }
+  for (int r = 0; r < Rows; ++r)
+    for (int c = 0; c < Vecs; ++c) {
+      acc[r][c] = load(out + r * dvp + col0 + c * kLanes);
+      if constexpr (Rescale) acc[r][c] = mul(splat(row_scale[r]), acc[r][c]);
+    }
   const float* v = v_panel;
   for (std::int64_t k = 0; k < kBlockK; ++k, v += width) {
     // One prefetch per 64-byte line of the row's columns (V rows are 64-byte aligned).
@@ -108,32 +110,44 @@ inline void pv_micro(const float* p, const float* v_panel, std::int64_t width, s
 }
 
 // Columns [col0, col0 + Vecs*kLanes) of the output, which lie in the V panel starting at panel0.
-template <int Vecs>
+template <int Vecs, bool Rescale>
 void pv_columns(const TileJob& job, const float* v_block, std::int64_t panel0, std::int64_t col0) {
   const std::int64_t dvp = job.dim_v_padded;
   const std::int64_t width = (dvp - panel0) < kPanelV ? dvp - panel0 : kPanelV;
   const float* v = v_block + kBlockK * panel0 + (col0 - panel0);
   std::int64_t r0 = 0;
   for (; r0 + kPvRows <= job.rows; r0 += kPvRows)
-    pv_micro<kPvRows, Vecs>(job.scores + r0 * kBlockK, v, width, dvp, col0, job.row_scale + r0,
+    pv_micro<kPvRows, Vecs, Rescale>(job.scores + r0 * kBlockK, v, width, dvp, col0, job.row_scale + r0,
                             job.out + r0 * dvp);
   if (r0 < job.rows)
     with_rows<kPvRows - 1>(job.rows - r0, [&]<int R>() {
-      pv_micro<R, Vecs>(job.scores + r0 * kBlockK, v, width, dvp, col0, job.row_scale + r0,
+      pv_micro<R, Vecs, Rescale>(job.scores + r0 * kBlockK, v, width, dvp, col0, job.row_scale + r0,
                         job.out + r0 * dvp);
     });
 }
 
-void accumulate_block(const TileJob& job, const float* v_block) {
+template <bool Rescale>
+void accumulate_columns(const TileJob& job, const float* v_block) {
   // Column chunks outermost: one V panel stays in L1 across the row chunks.
   for (std::int64_t panel0 = 0; panel0 < job.dim_v_padded; panel0 += kPanelV) {
     const std::int64_t panel_end =
         panel0 + kPanelV < job.dim_v_padded ? panel0 + kPanelV : job.dim_v_padded;
     std::int64_t col0 = panel0;
     for (; col0 + kPvVecs * kLanes <= panel_end; col0 += kPvVecs * kLanes)
-      pv_columns<kPvVecs>(job, v_block, panel0, col0);
-    for (; col0 < panel_end; col0 += kLanes) pv_columns<1>(job, v_block, panel0, col0);
+      pv_columns<kPvVecs, Rescale>(job, v_block, panel0, col0);
+    for (; col0 < panel_end; col0 += kLanes) pv_columns<1, Rescale>(job, v_block, panel0, col0);
   }
+}
+
+void accumulate_block(const TileJob& job, const float* v_block) {
+  // The running max moves rarely (kRescaleThreshold): most blocks leave every row_scale at
+  // exactly 1, and their P V then skips the multiplication of the accumulator.
+  bool rescale = false;
+  for (std::int64_t r = 0; r < job.rows; ++r) rescale |= job.row_scale[r] != 1.0f;
+  if (rescale)
+    accumulate_columns<true>(job, v_block);
+  else
+    accumulate_columns<false>(job, v_block);
 }
 
 void attend_tile(const TileJob& job) {
