@@ -49,6 +49,33 @@ struct KeyRowVisibility {
   __device__ bool sees(int i) const { return lo <= i && i <= hi; }
 };
 
+// Which of a lane's query columns i0 + 8 nt + e (nt < kQTiles n8 tiles, e < 2: the lane's two
+// columns of each) a key row sees: bit 2 nt + e of the word is set iff the column is in the row's
+// range [lo, hi]. The columns increase with the bit index, so the set bits are one run, from the
+// number of columns below lo to the number below hi + 1; a step then masks an element with one
+// bit test instead of comparing its column with both bounds.
+template <int kQTiles>
+struct LaneColumnMask {
+  static_assert(2 * kQTiles <= 32, "a lane's columns of one key row fit one word");
+  int begin, end;  // [lo, hi + 1), or [0, 0) when empty: i0 - begin and i0 - end cannot overflow
+
+  __device__ explicit LaneColumnMask(const KeyRowVisibility& rows)
+      : begin(rows.lo <= rows.hi ? rows.lo : 0), end(rows.lo <= rows.hi ? rows.hi + 1 : 0) {}
+
+  // The number of the lane's columns below query row i0 + x.
+  static __device__ __forceinline__ unsigned columns_below(int x) {
+    x = min(max(x, 0), 8 * kQTiles);
+    return 2 * (x >> 3) + min(x & 7, 2);
+  }
+  // Bits n.. of a word (none for n >= 32).
+  static __device__ __forceinline__ unsigned bits_from(unsigned n) {
+    return __funnelshift_lc(0u, ~0u, n);
+  }
+  __device__ __forceinline__ unsigned bits(int i0) const {
+    return bits_from(columns_below(begin - i0)) & ~bits_from(columns_below(end - i0));
+  }
+};
+
 // The first key block (of kBlockN keys) that some row of query block m_block sees: key blocks
 // m_block's rows see form one contiguous range, so in deterministic mode key block n is the
 // (n - first)-th to add to that query block's dQ.
@@ -110,11 +137,15 @@ __device__ void store_dk_dv_rows(const FlashBwdParams& p, const float (&acc_dk)[
   }
 }
 
-// *address += (a, b, c, d): one 16-byte vector reduction (sm_90).
-__device__ __forceinline__ void red_add_v4(float* address, float a, float b, float c, float d) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "f"(a), "f"(b),
-               "f"(c), "f"(d)
-               : "memory");
+// If pred, *address += (a, b, c, d): one 16-byte vector reduction (sm_90), predicated in the PTX
+// (with a C++ branch around it, ptxas recomputed each reduction's address inside the branch).
+__device__ __forceinline__ void red_add_v4_if(bool pred, float* address, float a, float b, float c,
+                                              float d) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " @p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(address),
+      "f"(a), "f"(b), "f"(c), "f"(d), "r"(static_cast<int>(pred))
+      : "memory");
 }
 
 __device__ __forceinline__ int load_acquire(const int* address) {
@@ -172,14 +203,28 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
 
   const std::int64_t esize = p.in_type == ElemType::f32 ? 4 : 2;
   const std::int64_t do_esize = p.dout_type == ElemType::f32 ? 4 : 2;
+  // Step it visits query block m0 / kBlockM of query head h; the steps run through the query
+  // blocks of each of the kv head's query heads in turn, so the next step's (h, m0) follows from
+  // the current one without dividing by m_blocks.
   struct Step {
     int h, m0;
   };
-  const auto step_at = [&](int it) {
-    return Step{hk * p.heads_per_kv + it / m_blocks, (m_begin + it % m_blocks) * kBlockM};
+  const int m0_begin = m_begin * kBlockM, m0_end = m_end * kBlockM;
+  const auto step_after = [&](Step s) {
+    s.m0 += kBlockM;
+    if (s.m0 == m0_end) {
+      s.m0 = m0_begin;
+      ++s.h;
+    }
+    return s;
   };
-  const auto load_step = [&](int it, int stage) {
-    const Step s = step_at(it);
+  const Step first_step{hk * p.heads_per_kv, m0_begin};
+  // A step's copies: Q and dO (TileCopyLanes: the per-thread index arithmetic without divisions)
+  // and, by threads below kStatsCopies, one 16-byte chunk each of lse_log2 or delta.
+  using QdoCopy = TileCopyLanes<T, kBlockM, kDim, kPitch, kThreads>;
+  constexpr int kStatsCopies = 2 * kBlockM / 4;
+  static_assert(kStatsCopies <= kThreads, "one lse / delta copy per thread at most");
+  const auto load_step = [&](Step s, int stage) {
     const int rows = min(kBlockM, p.len_q - s.m0);
     T* q_s = qdo_tiles + stage * 2 * kBlockM * kPitch;
     T* do_s = q_s + kBlockM * kPitch;
@@ -188,17 +233,25 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
     const char* do_src =
         static_cast<const char*>(p.dout) +
         (b * p.do_stride_b + s.h * p.do_stride_h + s.m0 * p.do_stride_l) * do_esize;
-    load_tile<T, kBlockM, kDim, kPitch, kThreads>(q_s, q_src, p.q_stride_l, rows, p.dim,
-                                                  p.vector_loads, p.in_type);
-    load_tile<T, kBlockM, kDim, kPitch, kThreads>(do_s, do_src, p.do_stride_l, rows, p.dim_v,
-                                                  p.dout_vector_loads, p.dout_type);
-    const std::int64_t stats_row =
-        (static_cast<std::int64_t>(b) * p.heads_q + s.h) * p.len_q_padded + s.m0;
-    float* stats = row_stats + stage * 2 * kBlockM;
-    for (int idx = tid; idx < 2 * kBlockM / 4; idx += kThreads) {
-      const int which = idx / (kBlockM / 4), c = idx % (kBlockM / 4);
-      const float* src = (which == 0 ? p.lse_log2 : p.delta) + stats_row + c * 4;
-      cp_async_16(smem_address(stats + which * kBlockM + c * 4), src, 16);
+    const QdoCopy qdo_copy(threadIdx.x);
+    if (p.vector_loads)
+      qdo_copy.copy(smem_address(q_s), reinterpret_cast<const T*>(q_src), p.q_stride_l, rows,
+                    p.dim);
+    else
+      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads>(q_s, q_src, p.q_stride_l, rows,
+                                                             p.dim, p.in_type);
+    if (p.dout_vector_loads)
+      qdo_copy.copy(smem_address(do_s), reinterpret_cast<const T*>(do_src), p.do_stride_l, rows,
+                    p.dim_v);
+    else
+      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads>(do_s, do_src, p.do_stride_l, rows,
+                                                             p.dim_v, p.dout_type);
+    if (tid < kStatsCopies) {
+      const unsigned which = threadIdx.x / (kBlockM / 4), c = threadIdx.x % (kBlockM / 4) * 4;
+      const std::int64_t stats_row =
+          (static_cast<std::int64_t>(b) * p.heads_q + s.h) * p.len_q_padded + s.m0;
+      cp_async_16(smem_address(row_stats + (stage * 2 + which) * kBlockM + c),
+                  (which == 0 ? p.lse_log2 : p.delta) + stats_row + c, 16);
     }
   };
 
@@ -213,7 +266,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
                                                   p.vector_loads, p.in_type);
     load_tile<T, kBlockN, kDim, kPitch, kThreads>(v_tile, v_src, p.v_stride_l, rows, p.dim_v,
                                                   p.vector_loads, p.in_type);
-    if (n_iters > 0) load_step(0, 0);
+    if (n_iters > 0) load_step(first_step, 0);
     cp_async_commit();
   }
 
@@ -221,6 +274,8 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   const int key_row0 = warp * 16 + g;
   const KeyRowVisibility seen_by[2] = {KeyRowVisibility(p, n0 + key_row0, klen, diagonal),
                                        KeyRowVisibility(p, n0 + key_row0 + 8, klen, diagonal)};
+  const LaneColumnMask<kQTiles> seen_mask[2] = {LaneColumnMask<kQTiles>(seen_by[0]),
+                                                LaneColumnMask<kQTiles>(seen_by[1])};
   // ldmatrix lanes: A of a warp's 16 key rows (K, V); B from (query, d) tiles, plain (Q, dO as
   // the n operand) or transposed (Q, dO, K as the k operand); A transposed from dS^T.
   const int a_row = warp * 16 + mat_row + (mat & 1) * 8, a_chunk = mat >> 1;
@@ -235,6 +290,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   const SwizzleTable<kDqMTiles> sw_ds(wm * kDqRows / 8, mat & 1, mat_row);
   const std::uint32_t k_base = smem_address(k_tile), v_base = smem_address(v_tile);
   const std::uint32_t ds_base = smem_address(ds_tile);
+  unsigned char* const ds_bytes = reinterpret_cast<unsigned char*>(ds_tile);
   constexpr int kRowBytes = kPitch * 2;
 
   float acc_dk[kAccTiles][4], acc_dv[kAccTiles][4];
@@ -243,13 +299,13 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[dt][e] = acc_dv[dt][e] = 0.0f;
 
-  for (int it = 0; it < n_iters; ++it) {
+  Step step = first_step;
+  for (int it = 0; it < n_iters; ++it, step = step_after(step)) {
     cp_async_wait<0>();
     __syncthreads();  // step it landed; every warp is done with step it - 1 and with dS^T
-    if (it + 1 < n_iters) load_step(it + 1, (it + 1) & 1);
+    if (it + 1 < n_iters) load_step(step_after(step), (it + 1) & 1);
     cp_async_commit();
 
-    const Step step = step_at(it);
     const int h = step.h, m0 = step.m0;
     const std::uint32_t q_base = smem_address(qdo_tiles + (it & 1) * 2 * kBlockM * kPitch);
     const std::uint32_t do_base = q_base + kBlockM * kRowBytes;
@@ -278,8 +334,11 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
     // P^T = 2^(logit - lse log2 e); masked elements and rows without keys give 0.
     [[maybe_unused]] float softcap_grad[kGeneral ? kQTiles : 1][4];
     [[maybe_unused]] std::uint64_t kept = ~0ull;  // dropout: bit nt * 4 + element
-    const int last_row = min(m0 + kBlockM, p.len_q) - 1;
-    const bool edge = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
+    // Fast path: which of this lane's elements its key rows see (every block is masked, interior
+    // ones too: a branch that skipped them cost more than the bit tests).
+    [[maybe_unused]] unsigned seen_bits[2] = {0u, 0u};
+    if constexpr (!kGeneral)
+      for (int hh = 0; hh < 2; ++hh) seen_bits[hh] = seen_mask[hh].bits(m0 + 2 * t);
     [[maybe_unused]] float slope = 0.0f;
     if constexpr (kGeneral) slope = alibi_slope(p, b, h);
 #pragma unroll
@@ -309,7 +368,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
           s[nt][e] = exp2_approx(x - lse);
         } else {
           s[nt][e] = exp2_approx(fmaf(s[nt][e], p.scale_log2, -lse));
-          if (edge && !seen_by[hh].sees(i)) s[nt][e] = 0.0f;
+          if (!(seen_bits[hh] >> (2 * nt + (e & 1)) & 1u)) s[nt][e] = 0.0f;
         }
       }
     }
@@ -378,13 +437,26 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
         s[nt][e] = ds;
       }
     }
+    {
+      // This lane's bytes of column chunk 0 in its key rows of dS^T; chunk nt's are these XOR
+      // nt * 16 (the swizzle XORs the chunk index with the row's g, which lies in other bits than
+      // the row and the lane's 4 bytes: kQTiles * 16 <= a row's bytes). From the thread index
+      // read here, so ptxas derives the addresses per store (one LOP3 each) instead of holding
+      // one register per chunk across the loop.
+      static_assert(kQTiles * 16 <= kDsPitch * 2, "the chunk bits stay inside a dS^T row");
+      // (Unsigned: the divisions are shifts, without a signed division's rounding fix-up.)
+      const unsigned tid_now = static_cast<unsigned>(thread_index_now());
+      const unsigned row_now = tid_now / 32 * 16 + tid_now % 32 / 4;
+      const std::uint32_t lane_bytes = static_cast<std::uint32_t>(
+          swizzled<kDsPitch>(static_cast<int>(row_now), 0) + 2 * static_cast<int>(tid_now % 4)) * 2;
 #pragma unroll
-    for (int nt = 0; nt < kQTiles; ++nt)
+      for (int nt = 0; nt < kQTiles; ++nt)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-        *reinterpret_cast<std::uint32_t*>(ds_tile + swizzled<kDsPitch>(key_row0 + 8 * hh, nt) +
-                                          2 * t) = MmaType<T>::pack(s[nt][2 * hh],
-                                                                    s[nt][2 * hh + 1]);
+        for (int hh = 0; hh < 2; ++hh)
+          *reinterpret_cast<std::uint32_t*>(ds_bytes + hh * 8 * kDsPitch * 2 +
+                                            (lane_bytes ^ (nt << 4))) =
+              MmaType<T>::pack(s[nt][2 * hh], s[nt][2 * hh + 1]);
+    }
 
     // dK += dS^T Q.
 #pragma unroll
@@ -442,37 +514,46 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
           while (load_acquire(turn) != my_turn) __nanosleep(32);
         __syncthreads();
       }
-      float* dq_rows = p.dq_accum +
-                       (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded * kDim;
+      // This lane's first dQ element (row m0 + wm * kDqRows + g, column chunk * kAcc + wn *
+      // kDqCols + 2t); every tile's elements are constant offsets from it, and the bounds
+      // checks compare those offsets with the rows and columns left.
+      const int lane_row = m0 + wm * kDqRows + g, lane_col = chunk * kAcc + wn * kDqCols + 2 * t;
+      float* const dq_rows =
+          p.dq_accum + (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded * kDim;
+#if __CUDA_ARCH__ >= 900
+      // Lanes t and t ^ 1 trade halves: even t adds row g, columns 2t..2t+3 and odd t row g + 8,
+      // columns 2t-2..2t+1, as one 16-byte vector reduction each (columns past dim land in the
+      // workspace's padding, which nothing reads).
+      const bool odd = (t & 1) != 0;
+      const int row = lane_row + (odd ? 8 : 0), col = lane_col - (odd ? 2 : 0);
+      const int rows_left = p.len_q - row, cols_left = p.dim - col;
+      float* const dq_lane = dq_rows + static_cast<std::int64_t>(row) * kDim + col;
 #pragma unroll
       for (int mt = 0; mt < kDqMTiles; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kDqNTiles; ++nt) {
           const float* c = acc_dq[mt][nt];
-          const int col = chunk * kAcc + wn * kDqCols + nt * 8;
-#if __CUDA_ARCH__ >= 900
-          // Lanes t and t ^ 1 trade halves: even t adds row g, columns 2t..2t+3 and odd t row
-          // g + 8, columns 2t-2..2t+1, as one 16-byte vector reduction each (columns past dim
-          // land in the workspace's padding, which nothing reads).
-          const bool odd = (t & 1) != 0;
           const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
           const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
           const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-          const int i = m0 + wm * kDqRows + mt * 16 + g + (odd ? 8 : 0);
-          const int d = col + 2 * (t & ~1);
-          if (i < p.len_q && d < p.dim)
-            red_add_v4(dq_rows + static_cast<std::int64_t>(i) * kDim + d, odd ? got0 : c[0],
-                       odd ? got1 : c[1], odd ? c[2] : got0, odd ? c[3] : got1);
+          red_add_v4_if(mt * 16 < rows_left && nt * 8 < cols_left,
+                        dq_lane + mt * 16 * kDim + nt * 8, odd ? got0 : c[0], odd ? got1 : c[1],
+                        odd ? c[2] : got0, odd ? c[3] : got1);
+        }
 #else
+      const int rows_left = p.len_q - lane_row, cols_left = p.dim - lane_col;
+      float* const dq_lane = dq_rows + static_cast<std::int64_t>(lane_row) * kDim + lane_col;
+#pragma unroll
+      for (int mt = 0; mt < kDqMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kDqNTiles; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int i = m0 + wm * kDqRows + mt * 16 + g + 8 * (e / 2);
-            const int d = col + 2 * t + (e & 1);
-            if (i < p.len_q && d < p.dim)
-              atomicAdd(dq_rows + static_cast<std::int64_t>(i) * kDim + d, c[e]);
+            const int di = mt * 16 + 8 * (e / 2), dd = nt * 8 + (e & 1);
+            if (di < rows_left && dd < cols_left)
+              atomicAdd(dq_lane + di * kDim + dd, acc_dq[mt][nt][e]);
           }
 #endif
-        }
       if (turn != nullptr) {  // pass the turn on once every thread's adds are done
         __threadfence();
         __syncthreads();
