@@ -106,7 +106,10 @@ inline constexpr int kSm90ConsumerWarps = 8;  // two consumer warpgroups
 
 template <int kStages>
 struct Sm90Barriers {
-  std::uint64_t q_full[2], q_empty[2];  // per Q buffer (cfg.q_stages of them used)
+  // Per Q buffer (cfg.q_stages of them used) and consumer warpgroup: each warpgroup's 64 rows
+  // load and free on their own, so that the first warpgroup's next rows need not wait for the
+  // second warpgroup to finish the tile.
+  std::uint64_t q_full[2][kSm90ConsumerWarps / 4], q_empty[2][kSm90ConsumerWarps / 4];
 
   std::uint64_t k_full[kStages], k_empty[kStages];
   std::uint64_t v_full[kStages], v_empty[kStages];
@@ -207,6 +210,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   // a predicated one, made ptxas serialise the wgmmas: C7520.)
   constexpr bool kSkipLast = kSpeculate && kBlockN == 64;
   constexpr int kConsumerGroups = cfg.consumer_warp_groups;
+  constexpr int kQBytesPerGroup = cfg.q_tile_bytes() / kConsumerGroups;  // 64 rows
+  static_assert(kBlockM == 64 * kConsumerGroups, "a consumer warpgroup owns 64 query rows");
   constexpr int kStageBarrier = kTurnBarrier + kConsumerGroups;  // + consumer: output staging
   constexpr int kTileFullBarrier = kTurnBarrier + 2 * kConsumerGroups;  // + consumer
   constexpr int kTileEmptyBarrier = kTileFullBarrier + kConsumerGroups;
@@ -251,10 +256,12 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int s = 0; s < kQStages; ++s) {
-      mbarrier_init(&bars.q_full[s], 1);
-      mbarrier_init(&bars.q_empty[s], kConsumerWarps);
-    }
+    for (int s = 0; s < kQStages; ++s)
+#pragma unroll
+      for (int c = 0; c < kConsumerGroups; ++c) {
+        mbarrier_init(&bars.q_full[s][c], 1);
+        mbarrier_init(&bars.q_empty[s][c], 4);  // the warpgroup's warps
+      }
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&bars.k_full[s], 1);
@@ -324,7 +331,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       const int q_slot = q_pass % kQStages;
       if (leader) {
         if (kQStages == 1 && n_blocks > 0) load_k(0);
-        mbarrier_wait(&bars.q_empty[q_slot], ((q_pass / kQStages) & 1) ^ 1);
+        mbarrier_wait(&bars.q_empty[q_slot][0], ((q_pass / kQStages) & 1) ^ 1);
       }
       __syncwarp();
       if (q_pass > 0) named_barrier_sync(kTileEmptyBarrier, kTileEmptyThreads);
@@ -334,15 +341,22 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       for (int c = 0; c < kConsumerGroups; ++c)
         named_barrier_arrive(kTileFullBarrier + c, kTileFullThreads);
       if (leader) {
-        if (n_blocks > 0) {
-          mbarrier_arrive_expect_tx(&bars.q_full[q_slot], cfg.q_tile_bytes());
-          T* const q_dst = q_tiles + q_slot * kBlockM * kDim;
+        // Each warpgroup's 64 rows as soon as that warpgroup has freed its part of the buffer
+        // (warpgroup 0's was waited for above, before the tile index went out).
 #pragma unroll
-          for (int cb = 0; cb < kColBlocks; ++cb)
-            tma_load_4d(q_dst + cb * kBlockM * 64, &params.q_map, &bars.q_full[q_slot], cb * 64,
-                        w.coords.m0, w.coords.h, b, read_once);
-        } else if (valid) {
-          mbarrier_arrive(&bars.q_full[q_slot]);  // a tile without key blocks: no Q to load
+        for (int c = 0; c < kConsumerGroups; ++c) {
+          if (c > 0 && valid)
+            mbarrier_wait(&bars.q_empty[q_slot][c], ((q_pass / kQStages) & 1) ^ 1);
+          if (n_blocks > 0) {
+            mbarrier_arrive_expect_tx(&bars.q_full[q_slot][c], kQBytesPerGroup);
+            T* const q_dst = q_tiles + q_slot * kBlockM * kDim + c * 64 * 64;
+#pragma unroll
+            for (int cb = 0; cb < kColBlocks; ++cb)
+              tma_load_4d(q_dst + cb * kBlockM * 64, &params.q_map, &bars.q_full[q_slot][c],
+                          cb * 64, w.coords.m0 + c * 64, w.coords.h, b, read_once);
+          } else if (valid) {
+            mbarrier_arrive(&bars.q_full[q_slot][c]);  // a tile without key blocks: no Q to load
+          }
         }
       }
       if (!valid) break;
@@ -463,11 +477,11 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     TILEATTN_TRACE_TILE(q_pass, 1);
     named_barrier_arrive(kTileEmptyBarrier, kTileEmptyThreads);
     const int q_slot = q_pass % kQStages;
-    mbarrier_wait(&bars.q_full[q_slot], (q_pass / kQStages) & 1);
+    mbarrier_wait(&bars.q_full[q_slot][consumer], (q_pass / kQStages) & 1);
     TILEATTN_TRACE_TILE(q_pass, 2);
     if constexpr (kQStages > 1) q_group = q_tiles + q_slot * kBlockM * kDim + consumer * 64 * 64;
     const TileWork w = tile_work(tile_index);
-    if (w.n_blocks == 0) release(&bars.q_empty[q_slot]);
+    if (w.n_blocks == 0) release(&bars.q_empty[q_slot][consumer]);
     const TileCoords& tile = w.coords;
     const int h = tile.h, b = tile.b;
     const int warp_row0 = tile.m0 + consumer * 64 + warp_in_group * 16;
@@ -682,7 +696,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         wgmma_wait<0>();
         fence_operand(s);
         release(&bars.k_empty[slot]);
-        if (n_wg == 1) release(&bars.q_empty[q_slot]);
+        if (n_wg == 1) release(&bars.q_empty[q_slot][consumer]);
         softmax(s, pa0, w.n_block_begin, rescale);
         if constexpr (!kSpeculate) to_operand(s, pa0);
       }
@@ -705,7 +719,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         fence_operand(s);
         TILEATTN_TRACE(i, 5);
         release(&bars.k_empty[slot]);
-        if (i == n_wg - 1) release(&bars.q_empty[q_slot]);
+        if (i == n_wg - 1) release(&bars.q_empty[q_slot][consumer]);
         softmax(s, pa_next, w.n_block_begin + i, rescale);
         TILEATTN_TRACE(i, 6);
         wgmma_wait<0>();
@@ -767,7 +781,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       release(&bars.k_empty[slot]);
       mbarrier_wait(&bars.v_full[slot], (it / kStages) & 1);
       release(&bars.v_empty[slot]);
-      if (n_wg == 0) release(&bars.q_empty[q_slot]);
+      if (n_wg == 0) release(&bars.q_empty[q_slot][consumer]);
     }
     TILEATTN_TRACE_TILE(q_pass, 3);
 #ifdef TILEATTN_FWD_TRACE

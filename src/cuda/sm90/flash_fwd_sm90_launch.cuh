@@ -42,7 +42,7 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
   params.base = p;
   const int heads_kv = p.heads_q / p.heads_per_kv;
   if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, p.len_q, p.heads_q, p.batch,
-                       p.q_stride_l, p.q_stride_h, p.q_stride_b, cfg.block_m) ||
+                       p.q_stride_l, p.q_stride_h, p.q_stride_b, 64) ||  // per warpgroup
       !encode_tile_map(&params.k_map, p.k, bf16, p.dim, p.len_k, heads_kv, p.batch,
                        p.k_stride_l, p.k_stride_h, p.k_stride_b, cfg.block_n) ||
       !encode_tile_map(&params.v_map, p.v, bf16, p.dim_v, p.len_k, heads_kv, p.batch,
