@@ -241,8 +241,9 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
     return b * p.q_stride_b + (w.row_begin + r) * p.q_stride_l + h * p.q_stride_h;
   };
   if (plan.family == KernelFamily::f32) {  // groups of q_group rows, each [D][q_group]
-    prefetch_rows(static_cast<const char*>(p.q) + offset(0) * size_of(p.dtype), rows,
-                  p.q_stride_l * size_of(p.dtype), D * size_of(p.dtype));
+    const std::int64_t esize = size_of(p.dtype);
+    prefetch_rows(static_cast<const char*>(p.q) + offset(0) * esize, rows, p.q_stride_l * esize,
+                  D * esize);
     for (std::int64_t r = 0; r < rows; ++r)
       s.pack_rows[r] = row_as_f32(p.q, p.dtype, offset(r), D, s.pack_block.data() + r * D,
                                   plan.f16c);

@@ -117,12 +117,12 @@ void pv_columns(const TileJob& job, const float* v_block, std::int64_t panel0, s
   const float* v = v_block + kBlockK * panel0 + (col0 - panel0);
   std::int64_t r0 = 0;
   for (; r0 + kPvRows <= job.rows; r0 += kPvRows)
-    pv_micro<kPvRows, Vecs, Rescale>(job.scores + r0 * kBlockK, v, width, dvp, col0, job.row_scale + r0,
-                            job.out + r0 * dvp);
+    pv_micro<kPvRows, Vecs, Rescale>(job.scores + r0 * kBlockK, v, width, dvp, col0,
+                                     job.row_scale + r0, job.out + r0 * dvp);
   if (r0 < job.rows)
     with_rows<kPvRows - 1>(job.rows - r0, [&]<int R>() {
-      pv_micro<R, Vecs, Rescale>(job.scores + r0 * kBlockK, v, width, dvp, col0, job.row_scale + r0,
-                        job.out + r0 * dvp);
+      pv_micro<R, Vecs, Rescale>(job.scores + r0 * kBlockK, v, width, dvp, col0,
+                                 job.row_scale + r0, job.out + r0 * dvp);
     });
 }
 

@@ -27,7 +27,8 @@ struct Level {
 std::vector<Level> levels() {
   return {{"avx512", exp2_probe_avx512,
            __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")},
-          {"avx2", exp2_probe_avx2, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")},
+          {"avx2", exp2_probe_avx2,
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")},
           {"portable", exp2_probe_portable, true}};
 }
 
