@@ -65,6 +65,7 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
       group_bytes / kv_bytes_per_pair, 1, std::int64_t{p.batch} * p.heads_q));
   params.ping_pong = sm90_option("TILEATTN_SM90_PING_PONG", true);
   params.kv_evict_last = sm90_option("TILEATTN_SM90_KV_EVICT_LAST", true);
+  params.early_claim = p.window_left < 0 && p.window_right < 0;  // no causal / window band
   params.rescale_threshold = sm90_option("TILEATTN_SM90_LAZY_RESCALE", true) ? 8.0f : 0.0f;
   // Persistent: one CTA per SM, each taking tiles from the launch's counter until none are left
   // (TILEATTN_SM90_PERSISTENT=0: one CTA per tile, for comparison).
