@@ -18,7 +18,7 @@
 # Environment: OUT (results folder; default build-gpu/out), JOBS (default nproc), CTEST_REGEX
 # (unset: the GPU test binary only; "." adds every CTest suite), BENCH_DIMS, BENCH_LENGTHS,
 # TEST_FILTER, TEST_PASSES ("0 1": the sm90 dispatch, then sm80 only), BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper), BENCH_VARIANTS (see below),
-# BENCH_COOLDOWN_MS, BENCH_SUSTAIN_MS, BENCH_BWD_DIMS, BENCH_BWD_LENGTHS, AB_PATCH / AB_ENV / AB_ROUNDS / AB_BACKWARD / AB_SM80 (stage ab). Writes few files under $OUT (the device tool's limit):
+# BENCH_COOLDOWN_MS, BENCH_SUSTAIN_MS, BENCH_BWD_DIMS, BENCH_BWD_LENGTHS, SANITIZE_RUNS (stage sanitize), AB_PATCH / AB_ENV / AB_ROUNDS / AB_BACKWARD / AB_SM80 (stage ab). Writes few files under $OUT (the device tool's limit):
 # summary.txt, test.log, sanitizer.log, sass.txt, bench_tileattn.json, bench_tileattn_sm80.json,
 # bench_torch.json, bench.json, bench_bwd.json (build.log only when the build fails).
 set -uo pipefail
@@ -167,7 +167,8 @@ if has_stage sanitize; then
   stage_mark sanitize
   start=$(date +%s)
   : >"$OUT/sanitizer.log"
-  for run in memcheck:0 racecheck:0 synccheck:0 memcheck:1 racecheck:1; do
+  # SANITIZE_RUNS: tool:DISABLE_SM90 pairs (e.g. "racecheck:0" for an sm90-only change).
+  for run in ${SANITIZE_RUNS:-memcheck:0 racecheck:0 synccheck:0 memcheck:1 racecheck:1}; do
     tool=${run%:*} sm80_only=${run#*:}
     TILEATTN_CUDA_DISABLE_SM90=$sm80_only timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 \
       "$BUILD/tests/cuda/tileattn_cuda_tests" --gtest_filter='*Small*' >>"$OUT/sanitizer.log" 2>&1
