@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <tuple>
@@ -174,6 +175,17 @@ std::vector<Case> all_cases() {
   add("long_causal_d128",
       [](Case& c) { c.Lq = c.Lk = 1100, c.Hq = c.Hkv = 2, c.D = 128, c.causal = true; });
   add("long_d64", [](Case& c) { c.B = 2, c.Lq = 700, c.Lk = 1500, c.Hq = 2, c.Hkv = 1, c.D = 64; });
+  // More tiles than SMs, so that each persistent CTA runs several in a row (the sm90 kernels'
+  // hand-over from one tile to the next), with tiles that have no key block in between: zero
+  // key lengths, and bottom-right causal rows above every key.
+  add("many_tiles_key_lengths_d64", [](Case& c) {
+    c.B = 4, c.Hq = 16, c.Hkv = 4, c.Lq = 520, c.Lk = 200, c.D = 64;
+    c.key_lengths = KeyLengths::i32;
+  });
+  add("many_tiles_causal_br_d128", [](Case& c) {
+    c.B = 2, c.Hq = c.Hkv = 24, c.Lq = 700, c.Lk = 300, c.D = 128, c.causal = true;
+    c.alignment = Alignment::bottom_right;
+  });
   add("long_d256_window",
       [](Case& c) { c.Lq = c.Lk = 900, c.D = 256, c.window_left = 300, c.causal = true; });
   return cases;
@@ -220,6 +232,27 @@ TEST(CudaForwardApi, Small_RunsOnAStream) {
   c.B = 2, c.Lq = 90, c.Lk = 200, c.D = 64, c.causal = true;
   run_cuda_case(c, DType::bf16, stream);
   TILEATTN_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Two persistent CTAs for every tile of a launch (TILEATTN_SM90_CTAS; the sm80 kernels ignore
+// it): each CTA runs many tiles in a row, with tiles of no key block (key length 0) in between,
+// small enough for the sanitizers.
+TEST(CudaForwardApi, Small_TwoCtasManyTiles) {
+  TILEATTN_REQUIRE_CUDA();
+  TILEATTN_TRACE_SEED();
+  struct CtaCap {
+    CtaCap() { setenv("TILEATTN_SM90_CTAS", "2", 1); }
+    ~CtaCap() { unsetenv("TILEATTN_SM90_CTAS"); }
+  } cap;
+  for (const int dim : {64, 128, 256}) {
+    for (const bool causal : {false, true}) {
+      Case c;
+      c.name = "two_ctas_d" + std::to_string(dim) + (causal ? "_causal" : "");
+      c.B = 3, c.Hq = 2, c.Hkv = 1, c.Lq = 300, c.Lk = 200, c.D = dim, c.causal = causal;
+      c.key_lengths = KeyLengths::i32;
+      run_cuda_case(c, DType::bf16);
+    }
+  }
 }
 
 TEST(CudaForwardApi, HostTensorsAreRejected) {

@@ -21,7 +21,8 @@ inline std::atomic<unsigned> g_sm90_launches{0};  // picks each launch's schedul
 // persistent grid and the lazy softmax rescaling off; TILEATTN_SM90_KV_EVICT_LAST=0 loads K/V
 // with the evict-normal L2 hint; TILEATTN_SM90_GROUP_MB=n sets the K/V bytes of one scheduling
 // group (default 8 MiB); TILEATTN_SM90_TMA_STORE=0 writes the staged output with 16-byte stores
-// instead of TMA stores.
+// instead of TMA stores; TILEATTN_SM90_CTAS=n caps the persistent grid at n CTAs (tests: many
+// tiles per CTA on small shapes).
 inline bool sm90_option(const char* name, bool fallback) {
   const char* value = std::getenv(name);
   if (value == nullptr) return fallback;
@@ -76,8 +77,9 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
     status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (status != cudaSuccess) return status;
   const unsigned tiles = static_cast<unsigned>(params.num_tiles);
+  const unsigned ctas = static_cast<unsigned>(sm90_int_option("TILEATTN_SM90_CTAS", sms));
   const unsigned blocks = sm90_option("TILEATTN_SM90_PERSISTENT", true)
-                              ? std::min(tiles, static_cast<unsigned>(sms))
+                              ? std::min({tiles, static_cast<unsigned>(sms), ctas})
                               : tiles;
   const cudaError_t launched =
       launch_kernel(&flash_fwd_sm90_kernel<T, kBucket, kGeneral>, cfg, params, blocks, stream);
