@@ -365,10 +365,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         // Tiles of equal work (early_claim): the next tile's index is taken now and used
         // after this tile's loads, so the atomic's round trip overlaps them instead of
         // delaying the next tile's Q (with one Q buffer the consumers waited ~2000 clocks for
-        // it at D 128, L 1k; A/B, session 20: D 128 / 256 non-causal 1k +1.6% / +0.9%).
+        // it at D 128, L 1k; A/B, session 20: D 128 / 256 non-causal 1k +1.2% / +0.9%).
         // Causal tiles are taken late: claiming one tile ahead unbalanced the longest-first
         // schedule's tail (D 256 causal -5..6%).
-        int next = params.early_claim ? next_tile(params) : 0;
+        const int next = params.early_claim ? next_tile(params) : 0;
         if (kQStages > 1 && n_blocks > 0) load_k(0);
         for (int i = 0; i < n_blocks; ++i) {
           if (i + 1 < n_blocks) load_k(i + 1);
