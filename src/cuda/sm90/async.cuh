@@ -91,6 +91,15 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* map, std
       : "memory");
 }
 
+// Asks L2 for one box of a 4-D tensor map at coordinates (c0 innermost .. c3), without a
+// destination in shared memory or a barrier: a later TMA load of the box then hits L2.
+__device__ __forceinline__ void tma_prefetch_4d(const void* map, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
+                   reinterpret_cast<std::uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
 // TMA store of one box of a 4-D tensor map at coordinates (c0 innermost .. c3) from shared
 // memory, in the issuing thread's bulk async-group; out-of-bounds parts of the box are not
 // written. The shared memory must not change until bulk_wait_all<true> says it was read.

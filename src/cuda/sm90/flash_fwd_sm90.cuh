@@ -369,6 +369,18 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         // Causal tiles are taken late: claiming one tile ahead unbalanced the longest-first
         // schedule's tail (D 256 causal -5..6%).
         const int next = params.early_claim ? next_tile(params) : 0;
+        // With one Q buffer the next tile's Q can load only once this tile's last S is done;
+        // asked of L2 now, that load then waits for L2 rather than for HBM.
+        if (kQStages == 1 && params.early_claim && next < params.num_tiles) {
+          int m_block, bh;
+          tile_at(params, next, m_block, bh);
+#pragma unroll
+          for (int r = 0; r < kBlockM; r += 64)
+#pragma unroll
+            for (int cb = 0; cb < kColBlocks; ++cb)
+              tma_prefetch_4d(&params.q_map, cb * 64, m_block * kBlockM + r, bh % p.heads_q,
+                              bh / p.heads_q);
+        }
         if (kQStages > 1 && n_blocks > 0) load_k(0);
         for (int i = 0; i < n_blocks; ++i) {
           if (i + 1 < n_blocks) load_k(i + 1);
