@@ -370,8 +370,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         // schedule's tail (D 256 causal -5..6%).
         const int next = params.early_claim ? next_tile(params) : 0;
         // With one Q buffer the next tile's Q can load only once this tile's last S is done;
-        // asked of L2 now, that load then waits for L2 rather than for HBM.
-        if (kQStages == 1 && params.early_claim && next < params.num_tiles) {
+        // asked of L2 now, that load then waits for L2 rather than for HBM. A/B (session 21,
+        // 3 rounds): D 128 non-causal 1k +1.1%, 4k +0.4%; D 256 non-causal 1k -2.1%, so not
+        // there (not explained; its Q tile is 64 KB, perhaps competing with the first K / V).
+        if (kQStages == 1 && kDim == 128 && params.early_claim && next < params.num_tiles) {
           int m_block, bh;
           tile_at(params, next, m_block, bh);
 #pragma unroll
