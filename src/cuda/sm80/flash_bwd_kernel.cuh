@@ -17,6 +17,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/common/bwd_prepare_convert.cuh"
@@ -567,6 +568,19 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   store_dk_dv_rows(p, acc_dk, acc_dv, b, hk, n0 + key_row0, chunk * kAcc, t);
 }
 
+}  // namespace tileattn::cuda
+
+#include "cuda/sm80/flash_bwd_kernel_2d.cuh"
+
+namespace tileattn::cuda {
+
+// Whether the fast path at D 128 runs the two-dimensional warp tiles (flash_bwd_kernel_2d.cuh);
+// TILEATTN_SM80_BWD_2D=0 keeps the one-dimensional kernel (A/B runs).
+inline bool sm80_bwd_2d_enabled() {
+  const char* value = std::getenv("TILEATTN_SM80_BWD_2D");
+  return value == nullptr || value[0] != '0';
+}
+
 // Enqueues the three kernels of one backward call on `stream` (the workspace in p is allocated;
 // the prepare kernel zeroes dq_accum); returns the first launch error.
 template <typename T, int kBucket, bool kGeneral>
@@ -577,8 +591,12 @@ cudaError_t launch_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   const std::int64_t ctas =
       static_cast<std::int64_t>(p.num_n_blocks) * cfg.chunks() * p.heads_kv * p.batch;
   if (ctas > 0) {
-    status = launch_kernel(&flash_bwd_kernel<T, kBucket, kGeneral>, cfg, p,
-                           static_cast<unsigned>(ctas), stream);
+    bool two_d = false;
+    if constexpr (!kGeneral && kBucket == 128) two_d = p.dq_turn == nullptr && sm80_bwd_2d_enabled();
+    status = two_d ? launch_kernel(&flash_bwd_2d_kernel<T>, Bwd2dConfig{}, p,
+                                   static_cast<unsigned>(ctas), stream)
+                   : launch_kernel(&flash_bwd_kernel<T, kBucket, kGeneral>, cfg, p,
+                                   static_cast<unsigned>(ctas), stream);
     if (status != cudaSuccess) return status;
   }
   return launch_flash_bwd_convert_dq<kBucket>(p, stream);

@@ -1,0 +1,347 @@
+// The sm80 backward's fast path at D 128 with two-dimensional warp tiles (included by
+// flash_bwd_kernel.cuh after its helpers; its launcher picks this kernel). One CTA per key block
+// of 128 keys, steps of 64 query rows, 8 warps:
+//   S^T = K Q^T and dP^T = V dO^T: each warp 32 keys x 32 queries (4 x 2 warps), so each
+//     ldmatrix fragment feeds two mma instead of one (the 1-D kernel's warps own 16 keys and
+//     each reloads the whole Q / dO tile);
+//   P^T and dS^T go to shared memory ([key][query]);
+//   dV += P^T dO and dK += dS^T Q: each warp 32 keys x 64 columns (4 x 2 warps);
+//   dQ = dS K: each warp 32 rows x 32 columns (2 x 4 warps), added to the f32 workspace.
+// Nsight Compute (docs/perf/gpu.md, session 21): the 1-D kernel issues 1.24x FlashAttention-2's
+// instructions at the same rate and moves ~1.36x its shared-memory wavefronts.
+#pragma once
+
+namespace tileattn::cuda {
+
+struct Bwd2dConfig {
+  static constexpr int kDim = 128, kBlockM = 64, kBlockN = 128, kWarps = 8;
+  static constexpr int kPitch = kDim;      // K, V, Q, dO rows (elements)
+  static constexpr int kPPitch = kBlockM;  // P^T, dS^T rows: one step's queries
+  constexpr int threads() const { return kWarps * 32; }
+  // K, V; two stages of (Q, dO); P^T and dS^T; two stages of (lse_log2, delta).
+  constexpr int smem_bytes() const {
+    return (2 * kBlockN * kPitch + 2 * 2 * kBlockM * kPitch + 2 * kBlockN * kPPitch) * 2 +
+           2 * 2 * kBlockM * 4;
+  }
+};
+static_assert(Bwd2dConfig{}.smem_bytes() <= 227 * 1024, "shared memory of one CTA");
+
+template <typename T>
+__global__ void __launch_bounds__(256, 1) flash_bwd_2d_kernel(const __grid_constant__ FlashBwdParams p) {
+  using Cfg = Bwd2dConfig;
+  constexpr int kDim = Cfg::kDim, kPitch = Cfg::kPitch, kPPitch = Cfg::kPPitch;
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kThreads = Cfg::kWarps * 32;
+  constexpr int kRowBytes = kPitch * 2, kPRowBytes = kPPitch * 2;
+  static_assert(bwd_tile_config(128).block_n() == kBlockN && bwd_tile_config(128).chunks() == 1,
+                "the same grid as the 1-D kernel at D 128");
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* const k_tile = reinterpret_cast<T*>(smem);
+  T* const v_tile = k_tile + kBlockN * kPitch;
+  T* const qdo_tiles = v_tile + kBlockN * kPitch;        // 2 stages x [Q, dO] (block_m, pitch)
+  T* const pt_tile = qdo_tiles + 2 * 2 * kBlockM * kPitch;  // P^T (block_n, p_pitch)
+  T* const ds_tile = pt_tile + kBlockN * kPPitch;           // dS^T (block_n, p_pitch)
+  float* const row_stats = reinterpret_cast<float*>(ds_tile + kBlockN * kPPitch);
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int mat = lane / 8, mat_row = lane % 8;
+  // S^T, dP^T, dV, dK: keys 32 wk.. ; queries (S^T, dP^T) 32 wq.., columns (dV, dK) 64 wq..
+  const int wk = warp % 4, wq = warp / 4;
+  // dQ: rows 32 wm.., columns 32 wn..
+  const int wm = warp / 4, wn = warp % 4;
+
+  int bid = static_cast<int>(blockIdx.x);
+  const int n_block = bid % p.num_n_blocks;
+  bid /= p.num_n_blocks;
+  const int hk = bid % p.heads_kv, b = bid / p.heads_kv;
+  const int n0 = n_block * kBlockN;
+  const int klen = key_length(p, b);
+  const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
+  const QueryBlockRange seen = query_blocks_seeing<kBlockM, kBlockN>(p, n0, klen, diagonal);
+  const int n_iters = (seen.end - seen.begin) * p.heads_per_kv;
+
+  const std::int64_t esize = p.in_type == ElemType::f32 ? 4 : 2;
+  const std::int64_t do_esize = p.dout_type == ElemType::f32 ? 4 : 2;
+  struct Step {
+    int h, m0;
+  };
+  const int m0_begin = seen.begin * kBlockM, m0_end = seen.end * kBlockM;
+  const auto step_after = [&](Step s) {
+    s.m0 += kBlockM;
+    if (s.m0 == m0_end) {
+      s.m0 = m0_begin;
+      ++s.h;
+    }
+    return s;
+  };
+  const Step first_step{hk * p.heads_per_kv, m0_begin};
+  using QdoCopy = TileCopyLanes<T, kBlockM, kDim, kPitch, kThreads>;
+  constexpr int kStatsCopies = 2 * kBlockM / 4;
+  const auto load_step = [&](Step s, int stage) {
+    const int rows = min(kBlockM, p.len_q - s.m0);
+    T* q_s = qdo_tiles + stage * 2 * kBlockM * kPitch;
+    T* do_s = q_s + kBlockM * kPitch;
+    const char* q_src = static_cast<const char*>(p.q) +
+                        (b * p.q_stride_b + s.h * p.q_stride_h + s.m0 * p.q_stride_l) * esize;
+    const char* do_src =
+        static_cast<const char*>(p.dout) +
+        (b * p.do_stride_b + s.h * p.do_stride_h + s.m0 * p.do_stride_l) * do_esize;
+    const QdoCopy qdo_copy(threadIdx.x);
+    if (p.vector_loads)
+      qdo_copy.copy(smem_address(q_s), reinterpret_cast<const T*>(q_src), p.q_stride_l, rows,
+                    p.dim);
+    else
+      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads>(q_s, q_src, p.q_stride_l, rows,
+                                                             p.dim, p.in_type);
+    if (p.dout_vector_loads)
+      qdo_copy.copy(smem_address(do_s), reinterpret_cast<const T*>(do_src), p.do_stride_l, rows,
+                    p.dim_v);
+    else
+      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads>(do_s, do_src, p.do_stride_l, rows,
+                                                             p.dim_v, p.dout_type);
+    if (tid < kStatsCopies) {
+      const unsigned which = threadIdx.x / (kBlockM / 4), c = threadIdx.x % (kBlockM / 4) * 4;
+      const std::int64_t stats_row =
+          (static_cast<std::int64_t>(b) * p.heads_q + s.h) * p.len_q_padded + s.m0;
+      cp_async_16(smem_address(row_stats + (stage * 2 + which) * kBlockM + c),
+                  (which == 0 ? p.lse_log2 : p.delta) + stats_row + c, 16);
+    }
+  };
+
+  {  // prologue: K and V (kept for the whole loop) and the first step
+    const int rows = max(0, min(kBlockN, p.len_k - n0));
+    const char* k_src = static_cast<const char*>(p.k) +
+                        (b * p.k_stride_b + hk * p.k_stride_h + n0 * p.k_stride_l) * esize;
+    const char* v_src = static_cast<const char*>(p.v) +
+                        (b * p.v_stride_b + hk * p.v_stride_h + n0 * p.v_stride_l) * esize;
+    load_tile<T, kBlockN, kDim, kPitch, kThreads>(k_tile, k_src, p.k_stride_l, rows, p.dim,
+                                                  p.vector_loads, p.in_type);
+    load_tile<T, kBlockN, kDim, kPitch, kThreads>(v_tile, v_src, p.v_stride_l, rows, p.dim_v,
+                                                  p.vector_loads, p.in_type);
+    if (n_iters > 0) load_step(first_step, 0);
+    cp_async_commit();
+  }
+
+  // This thread's key rows of S^T / dP^T: 32 wk + 16 mt + g + 8 hh.
+  LaneColumnMask<4> seen_mask[2][2] = {
+      {LaneColumnMask<4>(KeyRowVisibility(p, n0 + 32 * wk + g, klen, diagonal)),
+       LaneColumnMask<4>(KeyRowVisibility(p, n0 + 32 * wk + g + 8, klen, diagonal))},
+      {LaneColumnMask<4>(KeyRowVisibility(p, n0 + 32 * wk + 16 + g, klen, diagonal)),
+       LaneColumnMask<4>(KeyRowVisibility(p, n0 + 32 * wk + 24 + g, klen, diagonal))}};
+
+  // ldmatrix lanes: A from [row][k] tiles (K, V; P^T, dS^T), B from [n][k] (Q, dO for S^T,
+  // dP^T), B transposed from [k][n] (dO, Q for dV, dK; K for dQ), A transposed from [k][m]
+  // (dS^T for dQ). Every ldmatrix row here is mat_row mod 8, so the swizzle is per lane.
+  const int a_row = mat_row + (mat & 1) * 8, a_chunk = mat >> 1;
+  const int b_row = mat_row + (mat >> 1) * 8, b_chunk = mat & 1;
+  const int bt_row = mat_row + (mat & 1) * 8, bt_chunk = mat >> 1;
+  const SwizzleTable<4> sw_a(0, a_chunk, mat_row), sw_b(0, b_chunk, mat_row);
+  const SwizzleTable<4> sw_bt(8 * wq, bt_chunk, mat_row);  // dV / dK: this warp's 64 columns
+  const SwizzleTable<2> sw_k(4 * wn, bt_chunk, mat_row);   // dQ: this warp's 32 columns of K
+  const SwizzleTable<2> sw_ds(4 * wm, mat & 1, mat_row);   // dQ: this warp's 32 rows of dS
+  const std::uint32_t k_base = smem_address(k_tile), v_base = smem_address(v_tile);
+  const std::uint32_t pt_base = smem_address(pt_tile), ds_base = smem_address(ds_tile);
+  // This lane's bytes of (key row 32 wk + g, query pair 2t) in P^T / dS^T; the chunk of query
+  // column 32 wq + 8 nt is XOR-ed with g (the row mod 8).
+  const std::uint32_t lane_p_bytes = static_cast<std::uint32_t>((32 * wk + g) * kPRowBytes + 4 * t);
+
+  float acc_dk[2][8][4], acc_dv[2][8][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dk[mt][nt][e] = acc_dv[mt][nt][e] = 0.0f;
+
+  // C (key rows, query columns) of two m16 x four n8 tiles from A (kBlockN rows at a_tile) and
+  // B (kBlockM rows at b_tile), both [row][d].
+  const auto gemm_keys_by_queries = [&](float (&c)[2][4][4], std::uint32_t a_tile,
+                                        std::uint32_t b_tile) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[mt][nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kDim / 16; ++ks) {
+      std::uint32_t a[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+        ldmatrix_x4(a[mt], a_tile + (32 * wk + 16 * mt + a_row) * kRowBytes + sw_a.periodic(ks));
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        std::uint32_t bb[4];
+        ldmatrix_x4(bb, b_tile + (32 * wq + 16 * np + b_row) * kRowBytes + sw_b.periodic(ks));
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma_16816<T>(c[mt][2 * np], a[mt], bb[0], bb[1]);
+          mma_16816<T>(c[mt][2 * np + 1], a[mt], bb[2], bb[3]);
+        }
+      }
+    }
+  };
+  // Stores C (as gemm_keys_by_queries lays it out) to a [key][query] tile, 16-bit (through the
+  // shared pointer, so that ptxas emits STS and may reorder them).
+  const auto store_keys_by_queries = [&](T* tile, const float (&c)[2][4][4]) {
+    unsigned char* const bytes = reinterpret_cast<unsigned char*>(tile) + lane_p_bytes;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+          *reinterpret_cast<std::uint32_t*>(bytes + (16 * mt + 8 * hh) * kPRowBytes +
+                                            (((4 * wq + nt) ^ g) << 4)) =
+              MmaType<T>::pack(c[mt][nt][2 * hh], c[mt][nt][2 * hh + 1]);
+  };
+  // acc (32 keys x 64 columns) += A^T B over the step's queries: A from a [key][query] tile,
+  // B from a [query][d] tile.
+  const auto gemm_keys_by_columns = [&](float (&acc)[2][8][4], std::uint32_t a_tile,
+                                        std::uint32_t b_tile) {
+#pragma unroll
+    for (int ks = 0; ks < kBlockM / 16; ++ks) {
+      std::uint32_t a[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+        ldmatrix_x4(a[mt], a_tile + (32 * wk + 16 * mt + a_row) * kPRowBytes + sw_a.x[ks]);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        std::uint32_t bb[4];
+        ldmatrix_x4_trans(bb, b_tile + (16 * ks + bt_row) * kRowBytes + sw_bt.x[np]);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma_16816<T>(acc[mt][2 * np], a[mt], bb[0], bb[1]);
+          mma_16816<T>(acc[mt][2 * np + 1], a[mt], bb[2], bb[3]);
+        }
+      }
+    }
+  };
+
+  Step step = first_step;
+  for (int it = 0; it < n_iters; ++it, step = step_after(step)) {
+    cp_async_wait<0>();
+    __syncthreads();  // step it landed; every warp is done with step it - 1's tiles
+    if (it + 1 < n_iters) load_step(step_after(step), (it + 1) & 1);
+    cp_async_commit();
+
+    const int h = step.h, m0 = step.m0;
+    const std::uint32_t q_base = smem_address(qdo_tiles + (it & 1) * 2 * kBlockM * kPitch);
+    const std::uint32_t do_base = q_base + kBlockM * kRowBytes;
+    const float* lse_s = row_stats + (it & 1) * 2 * kBlockM;
+    const float* delta_s = lse_s + kBlockM;
+
+    // P^T = 2^(S^T scale log2 e - lse), 0 where the key does not see the query.
+    float pt[2][4][4];
+    gemm_keys_by_queries(pt, k_base, q_base);
+    unsigned seen_bits[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) seen_bits[mt][hh] = seen_mask[mt][hh].bits(m0 + 32 * wq + 2 * t);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 32 * wq + nt * 8 + 2 * t);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float& x = pt[mt][nt][e];
+          x = exp2_approx(fmaf(x, p.scale_log2, -((e & 1) ? lse2.y : lse2.x)));
+          if (!(seen_bits[mt][e / 2] >> (2 * nt + (e & 1)) & 1u)) x = 0.0f;
+        }
+    }
+    store_keys_by_queries(pt_tile, pt);
+
+    // dS^T = P^T o (dP^T - delta), dP^T = V dO^T.
+    float ds[2][4][4];
+    gemm_keys_by_queries(ds, v_base, do_base);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + 32 * wq + nt * 8 + 2 * t);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          ds[mt][nt][e] = pt[mt][nt][e] * (ds[mt][nt][e] - ((e & 1) ? delta2.y : delta2.x));
+    }
+    store_keys_by_queries(ds_tile, ds);
+    __syncthreads();  // P^T and dS^T complete
+
+    gemm_keys_by_columns(acc_dv, pt_base, do_base);  // dV += P^T dO
+    gemm_keys_by_columns(acc_dk, ds_base, q_base);   // dK += dS^T Q
+
+    // dQ (this warp's 32 x 32) = dS K, added to the workspace.
+    {
+      float acc_dq[2][4][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < kBlockN / 16; ++ks) {
+        std::uint32_t a[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+          ldmatrix_x4_trans(a[mt], ds_base + (ks * 16 + (mat >> 1) * 8 + mat_row) * kPRowBytes +
+                                       sw_ds.x[mt]);
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          std::uint32_t kb[4];
+          ldmatrix_x4_trans(kb, k_base + (ks * 16 + bt_row) * kRowBytes + sw_k.x[np]);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            mma_16816<T>(acc_dq[mt][2 * np], a[mt], kb[0], kb[1]);
+            mma_16816<T>(acc_dq[mt][2 * np + 1], a[mt], kb[2], kb[3]);
+          }
+        }
+      }
+      const int lane_row = m0 + 32 * wm + g, lane_col = 32 * wn + 2 * t;
+      float* const dq_rows =
+          p.dq_accum + (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded * kDim;
+#if __CUDA_ARCH__ >= 900
+      // As the 1-D kernel: lanes t and t ^ 1 trade halves, one 16-byte reduction each.
+      const bool odd = (t & 1) != 0;
+      const int row = lane_row + (odd ? 8 : 0), col = lane_col - (odd ? 2 : 0);
+      const int rows_left = p.len_q - row, cols_left = p.dim - col;
+      float* const dq_lane = dq_rows + static_cast<std::int64_t>(row) * kDim + col;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const float* c = acc_dq[mt][nt];
+          const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
+          const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+          const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+          red_add_v4_if(mt * 16 < rows_left && nt * 8 < cols_left,
+                        dq_lane + mt * 16 * kDim + nt * 8, odd ? got0 : c[0], odd ? got1 : c[1],
+                        odd ? c[2] : got0, odd ? c[3] : got1);
+        }
+#else
+      const int rows_left = p.len_q - lane_row, cols_left = p.dim - lane_col;
+      float* const dq_lane = dq_rows + static_cast<std::int64_t>(lane_row) * kDim + lane_col;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int di = mt * 16 + 8 * (e / 2), dd = nt * 8 + (e & 1);
+            if (di < rows_left && dd < cols_left)
+              atomicAdd(dq_lane + di * kDim + dd, acc_dq[mt][nt][e]);
+          }
+#endif
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue (zeros for keys that no query sees).
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+    store_dk_dv_rows(p, acc_dk[mt], acc_dv[mt], b, hk, n0 + 32 * wk + 16 * mt + g, 64 * wq, t);
+}
+
+}  // namespace tileattn::cuda
