@@ -114,6 +114,65 @@ __global__ void __launch_bounds__(256, 1)
     }
   };
 
+  // The steps' copies where Q and dO are 16-bit with 16-byte rows (the usual case): per-thread
+  // source pointers of the next step to load, advanced by one step's rows, or from a head's
+  // last query block to the next head's first, instead of recomputed from (b, h, m0) each step
+  // (the general load_step spent ~180 instructions per step on that and on its bounds).
+  const bool lean_copy = p.vector_loads && p.dout_vector_loads;
+  const QdoCopy lanes(threadIdx.x);
+  const int span = m0_end - m0_begin;  // query rows a head's visit covers
+  const T* q_next = static_cast<const T*>(p.q) + b * p.q_stride_b +
+                    first_step.h * p.q_stride_h +
+                    static_cast<std::int64_t>(first_step.m0 + lanes.row0) * p.q_stride_l +
+                    lanes.col0;
+  const T* do_next = static_cast<const T*>(p.dout) + b * p.do_stride_b +
+                     first_step.h * p.do_stride_h +
+                     static_cast<std::int64_t>(first_step.m0 + lanes.row0) * p.do_stride_l +
+                     lanes.col0;
+  const std::int64_t q_row_step = kBlockM * p.q_stride_l, do_row_step = kBlockM * p.do_stride_l;
+  const std::int64_t q_head_step = p.q_stride_h - (span - kBlockM) * p.q_stride_l;
+  const std::int64_t do_head_step = p.do_stride_h - (span - kBlockM) * p.do_stride_l;
+  const std::int64_t q_round = QdoCopy::kRowStep * p.q_stride_l;
+  const std::int64_t do_round = QdoCopy::kRowStep * p.do_stride_l;
+  const bool q_cols_ok = lanes.col0 < p.dim, do_cols_ok = lanes.col0 < p.dim_v;
+  // lse_log2 (threads below kBlockM / 4) or delta (the next kBlockM / 4): one 16-byte chunk.
+  const unsigned stats_which = threadIdx.x / (kBlockM / 4);
+  const float* stats_next = (stats_which == 0 ? p.lse_log2 : p.delta) +
+                            (static_cast<std::int64_t>(b) * p.heads_q + first_step.h) *
+                                p.len_q_padded +
+                            first_step.m0 + threadIdx.x % (kBlockM / 4) * 4;
+  const std::int64_t stats_head_step = p.len_q_padded - (span - kBlockM);
+  const std::uint32_t qdo_base = smem_address(qdo_tiles);
+  const std::uint32_t stats_lane =
+      smem_address(row_stats + stats_which * kBlockM + threadIdx.x % (kBlockM / 4) * 4);
+  Step next = first_step;  // the step the next copy loads
+  const auto load_next = [&](int stage) {
+    if (lean_copy) {
+      const int rows = min(kBlockM, p.len_q - next.m0);
+      const std::uint32_t q_s = qdo_base + stage * 2 * kBlockM * kRowBytes;
+      const std::uint32_t do_s = q_s + kBlockM * kRowBytes;
+#pragma unroll
+      for (int r = 0; r < QdoCopy::kRounds; ++r) {
+        const bool in_rows = lanes.row0 + r * QdoCopy::kRowStep < rows;
+        const bool q_ok = q_cols_ok && in_rows, do_ok = do_cols_ok && in_rows;
+        cp_async_16(q_s + lanes.round_offset(r),
+                    q_ok ? q_next + r * q_round : static_cast<const T*>(p.q), q_ok ? 16 : 0);
+        cp_async_16(do_s + lanes.round_offset(r),
+                    do_ok ? do_next + r * do_round : static_cast<const T*>(p.dout),
+                    do_ok ? 16 : 0);
+      }
+      if (tid < kStatsCopies)
+        cp_async_16(stats_lane + stage * 2 * kBlockM * 4, stats_next, 16);
+    } else {
+      load_step(next, stage);
+    }
+    const bool wrap = next.m0 + kBlockM == m0_end;
+    q_next += wrap ? q_head_step : q_row_step;
+    do_next += wrap ? do_head_step : do_row_step;
+    stats_next += wrap ? stats_head_step : kBlockM;
+    next = step_after(next);
+  };
+
   {  // prologue: K and V (kept for the whole loop) and the first step
     const int rows = max(0, min(kBlockN, p.len_k - n0));
     const char* k_src = static_cast<const char*>(p.k) +
@@ -124,7 +183,7 @@ __global__ void __launch_bounds__(256, 1)
                                                   p.vector_loads, p.in_type);
     load_tile<T, kBlockN, kDim, kPitch, kThreads>(v_tile, v_src, p.v_stride_l, rows, p.dim_v,
                                                   p.vector_loads, p.in_type);
-    if (n_iters > 0) load_step(first_step, 0);
+    if (n_iters > 0) load_next(0);
     cp_async_commit();
   }
 
@@ -228,7 +287,7 @@ __global__ void __launch_bounds__(256, 1)
   for (int it = 0; it < n_iters; ++it, step = step_after(step)) {
     cp_async_wait<0>();
     __syncthreads();  // step it landed; every warp is done with step it - 1's tiles
-    if (it + 1 < n_iters) load_step(step_after(step), (it + 1) & 1);
+    if (it + 1 < n_iters) load_next((it + 1) & 1);
     cp_async_commit();
 
     const int h = step.h, m0 = step.m0;
