@@ -592,9 +592,10 @@ cudaError_t launch_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
       static_cast<std::int64_t>(p.num_n_blocks) * cfg.chunks() * p.heads_kv * p.batch;
   if (ctas > 0) {
     bool two_d = false;
-    if constexpr (!kGeneral && kBucket == 128)
+    constexpr int kTwoDDim = kBucket <= 128 ? kBucket : 128;  // (no 2-D kernel at D 256)
+    if constexpr (!kGeneral && kBucket <= 128)
       two_d = p.dq_turn == nullptr && sm80_bwd_2d_enabled();
-    status = two_d ? launch_kernel(&flash_bwd_2d_kernel<T>, Bwd2dConfig{}, p,
+    status = two_d ? launch_kernel(&flash_bwd_2d_kernel<T, kTwoDDim>, Bwd2dConfig<kTwoDDim>{}, p,
                                    static_cast<unsigned>(ctas), stream)
                    : launch_kernel(&flash_bwd_kernel<T, kBucket, kGeneral>, cfg, p,
                                    static_cast<unsigned>(ctas), stream);

@@ -17,8 +17,11 @@
 
 namespace tileattn::cuda {
 
+// D 128: steps of 64 queries; D 64: of 128 (as the 1-D kernel and FlashAttention-2 there).
+template <int kHeadDim>
 struct Bwd2dConfig {
-  static constexpr int kDim = 128, kBlockM = 64, kBlockN = 128, kWarps = 8;
+  static constexpr int kDim = kHeadDim, kBlockM = kHeadDim == 64 ? 128 : 64, kBlockN = 128;
+  static constexpr int kWarps = 8;
   static constexpr int kPitch = kDim;      // K, V, Q, dO rows (elements)
   static constexpr int kPPitch = kBlockM;  // P^T, dS^T rows: one step's queries
   constexpr int threads() const { return kWarps * 32; }
@@ -28,17 +31,26 @@ struct Bwd2dConfig {
            2 * 2 * kBlockM * 4;
   }
 };
-static_assert(Bwd2dConfig{}.smem_bytes() <= 227 * 1024, "shared memory of one CTA");
+static_assert(Bwd2dConfig<64>{}.smem_bytes() <= 227 * 1024 &&
+                  Bwd2dConfig<128>{}.smem_bytes() <= 227 * 1024,
+              "shared memory of one CTA");
 
-template <typename T>
+template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(256, 1)
     flash_bwd_2d_kernel(const __grid_constant__ FlashBwdParams p) {
-  using Cfg = Bwd2dConfig;
+  using Cfg = Bwd2dConfig<kHeadDim>;
   constexpr int kDim = Cfg::kDim, kPitch = Cfg::kPitch, kPPitch = Cfg::kPPitch;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kThreads = Cfg::kWarps * 32;
   constexpr int kRowBytes = kPitch * 2, kPRowBytes = kPPitch * 2;
-  static_assert(bwd_tile_config(128).block_n() == kBlockN && bwd_tile_config(128).chunks() == 1,
-                "the same grid as the 1-D kernel at D 128");
+  static_assert(bwd_tile_config(kDim).block_n() == kBlockN && bwd_tile_config(kDim).chunks() == 1,
+                "the same grid as the 1-D kernel");
+  // Warp tiles: S^T / dP^T 32 keys x kQueries queries (kSTiles n8 tiles); dV / dK 32 keys x
+  // kKvCols columns (kKvTiles n8 tiles); dQ kDqRows x kDqCols (kDqMTiles m16 x kDqNTiles n8).
+  constexpr int kQueries = kBlockM / 2, kSTiles = kQueries / 8;
+  constexpr int kKvCols = kDim / 2, kKvTiles = kKvCols / 8;
+  constexpr int kDqRows = kBlockM / 2, kDqCols = kDim / 4;
+  constexpr int kDqMTiles = kDqRows / 16, kDqNTiles = kDqCols / 8;
+  static_assert(kSTiles % 2 == 0 && kKvTiles % 2 == 0 && kDqNTiles % 2 == 0, "x4 loads");
 
   extern __shared__ __align__(128) unsigned char smem[];
   T* const k_tile = reinterpret_cast<T*>(smem);
@@ -188,11 +200,11 @@ __global__ void __launch_bounds__(256, 1)
   }
 
   // This thread's key rows of S^T / dP^T: 32 wk + 16 mt + g + 8 hh.
-  LaneColumnMask<4> seen_mask[2][2] = {
-      {LaneColumnMask<4>(KeyRowVisibility(p, n0 + 32 * wk + g, klen, diagonal)),
-       LaneColumnMask<4>(KeyRowVisibility(p, n0 + 32 * wk + g + 8, klen, diagonal))},
-      {LaneColumnMask<4>(KeyRowVisibility(p, n0 + 32 * wk + 16 + g, klen, diagonal)),
-       LaneColumnMask<4>(KeyRowVisibility(p, n0 + 32 * wk + 24 + g, klen, diagonal))}};
+  LaneColumnMask<kSTiles> seen_mask[2][2] = {
+      {LaneColumnMask<kSTiles>(KeyRowVisibility(p, n0 + 32 * wk + g, klen, diagonal)),
+       LaneColumnMask<kSTiles>(KeyRowVisibility(p, n0 + 32 * wk + g + 8, klen, diagonal))},
+      {LaneColumnMask<kSTiles>(KeyRowVisibility(p, n0 + 32 * wk + 16 + g, klen, diagonal)),
+       LaneColumnMask<kSTiles>(KeyRowVisibility(p, n0 + 32 * wk + 24 + g, klen, diagonal))}};
 
   // ldmatrix lanes: A from [row][k] tiles (K, V; P^T, dS^T), B from [n][k] (Q, dO for S^T,
   // dP^T), B transposed from [k][n] (dO, Q for dV, dK; K for dQ), A transposed from [k][m]
@@ -201,31 +213,32 @@ __global__ void __launch_bounds__(256, 1)
   const int b_row = mat_row + (mat >> 1) * 8, b_chunk = mat & 1;
   const int bt_row = mat_row + (mat & 1) * 8, bt_chunk = mat >> 1;
   const SwizzleTable<4> sw_a(0, a_chunk, mat_row), sw_b(0, b_chunk, mat_row);
-  const SwizzleTable<4> sw_bt(8 * wq, bt_chunk, mat_row);  // dV / dK: this warp's 64 columns
-  const SwizzleTable<2> sw_k(4 * wn, bt_chunk, mat_row);   // dQ: this warp's 32 columns of K
-  const SwizzleTable<2> sw_ds(4 * wm, mat & 1, mat_row);   // dQ: this warp's 32 rows of dS
+  // dV / dK: this warp's columns; dQ: its columns of K and its rows of dS.
+  const SwizzleTable<kKvTiles / 2> sw_bt(kKvCols / 8 * wq, bt_chunk, mat_row);
+  const SwizzleTable<kDqNTiles / 2> sw_k(kDqCols / 8 * wn, bt_chunk, mat_row);
+  const SwizzleTable<kDqMTiles> sw_ds(kDqRows / 8 * wm, mat & 1, mat_row);
   const std::uint32_t k_base = smem_address(k_tile), v_base = smem_address(v_tile);
   const std::uint32_t pt_base = smem_address(pt_tile), ds_base = smem_address(ds_tile);
   // This lane's bytes of (key row 32 wk + g, query pair 2t) in P^T / dS^T; the chunk of query
   // column 32 wq + 8 nt is XOR-ed with g (the row mod 8).
   const std::uint32_t lane_p_bytes = static_cast<std::uint32_t>((32 * wk + g) * kPRowBytes + 4 * t);
 
-  float acc_dk[2][8][4], acc_dv[2][8][4];
+  float acc_dk[2][kKvTiles][4], acc_dv[2][kKvTiles][4];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < kKvTiles; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_dk[mt][nt][e] = acc_dv[mt][nt][e] = 0.0f;
 
   // C (key rows, query columns) of two m16 x four n8 tiles from A (kBlockN rows at a_tile) and
   // B (kBlockM rows at b_tile), both [row][d].
-  const auto gemm_keys_by_queries = [&](float(&c)[2][4][4], std::uint32_t a_tile,
+  const auto gemm_keys_by_queries = [&](float(&c)[2][kSTiles][4], std::uint32_t a_tile,
                                         std::uint32_t b_tile) {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) c[mt][nt][e] = 0.0f;
 #pragma unroll
@@ -235,9 +248,10 @@ __global__ void __launch_bounds__(256, 1)
       for (int mt = 0; mt < 2; ++mt)
         ldmatrix_x4(a[mt], a_tile + (32 * wk + 16 * mt + a_row) * kRowBytes + sw_a.periodic(ks));
 #pragma unroll
-      for (int np = 0; np < 2; ++np) {
+      for (int np = 0; np < kSTiles / 2; ++np) {
         std::uint32_t bb[4];
-        ldmatrix_x4(bb, b_tile + (32 * wq + 16 * np + b_row) * kRowBytes + sw_b.periodic(ks));
+        ldmatrix_x4(bb,
+                    b_tile + (kQueries * wq + 16 * np + b_row) * kRowBytes + sw_b.periodic(ks));
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           mma_16816<T>(c[mt][2 * np], a[mt], bb[0], bb[1]);
@@ -248,30 +262,30 @@ __global__ void __launch_bounds__(256, 1)
   };
   // Stores C (as gemm_keys_by_queries lays it out) to a [key][query] tile, 16-bit (through the
   // shared pointer, so that ptxas emits STS and may reorder them).
-  const auto store_keys_by_queries = [&](T* tile, const float(&c)[2][4][4]) {
+  const auto store_keys_by_queries = [&](T* tile, const float(&c)[2][kSTiles][4]) {
     unsigned char* const bytes = reinterpret_cast<unsigned char*>(tile) + lane_p_bytes;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < kSTiles; ++nt)
           *reinterpret_cast<std::uint32_t*>(bytes + (16 * mt + 8 * hh) * kPRowBytes +
-                                            (((4 * wq + nt) ^ g) << 4)) =
+                                            (((kSTiles * wq + nt) ^ g) << 4)) =
               MmaType<T>::pack(c[mt][nt][2 * hh], c[mt][nt][2 * hh + 1]);
   };
   // acc (32 keys x 64 columns) += A^T B over the step's queries: A from a [key][query] tile,
   // B from a [query][d] tile.
-  const auto gemm_keys_by_columns = [&](float(&acc)[2][8][4], std::uint32_t a_tile,
+  const auto gemm_keys_by_columns = [&](float(&acc)[2][kKvTiles][4], std::uint32_t a_tile,
                                         std::uint32_t b_tile) {
 #pragma unroll
     for (int ks = 0; ks < kBlockM / 16; ++ks) {
       std::uint32_t a[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
-        ldmatrix_x4(a[mt], a_tile + (32 * wk + 16 * mt + a_row) * kPRowBytes + sw_a.x[ks]);
+        ldmatrix_x4(a[mt], a_tile + (32 * wk + 16 * mt + a_row) * kPRowBytes + sw_a.periodic(ks));
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
+      for (int np = 0; np < kKvTiles / 2; ++np) {
         std::uint32_t bb[4];
         ldmatrix_x4_trans(bb, b_tile + (16 * ks + bt_row) * kRowBytes + sw_bt.x[np]);
 #pragma unroll
@@ -297,17 +311,18 @@ __global__ void __launch_bounds__(256, 1)
     const float* delta_s = lse_s + kBlockM;
 
     // P^T = 2^(S^T scale log2 e - lse), 0 where the key does not see the query.
-    float pt[2][4][4];
+    float pt[2][kSTiles][4];
     gemm_keys_by_queries(pt, k_base, q_base);
     unsigned seen_bits[2][2];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh)
-        seen_bits[mt][hh] = seen_mask[mt][hh].bits(m0 + 32 * wq + 2 * t);
+        seen_bits[mt][hh] = seen_mask[mt][hh].bits(m0 + kQueries * wq + 2 * t);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + 32 * wq + nt * 8 + 2 * t);
+    for (int nt = 0; nt < kSTiles; ++nt) {
+      const float2 lse2 =
+          *reinterpret_cast<const float2*>(lse_s + kQueries * wq + nt * 8 + 2 * t);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -320,11 +335,12 @@ __global__ void __launch_bounds__(256, 1)
     store_keys_by_queries(pt_tile, pt);
 
     // dS^T = P^T o (dP^T - delta), dP^T = V dO^T.
-    float ds[2][4][4];
+    float ds[2][kSTiles][4];
     gemm_keys_by_queries(ds, v_base, do_base);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + 32 * wq + nt * 8 + 2 * t);
+    for (int nt = 0; nt < kSTiles; ++nt) {
+      const float2 delta2 =
+          *reinterpret_cast<const float2*>(delta_s + kQueries * wq + nt * 8 + 2 * t);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -339,32 +355,32 @@ __global__ void __launch_bounds__(256, 1)
 
     // dQ (this warp's 32 x 32) = dS K, added to the workspace.
     {
-      float acc_dq[2][4][4];
+      float acc_dq[kDqMTiles][kDqNTiles][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < kDqMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < kDqNTiles; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
 #pragma unroll
       for (int ks = 0; ks < kBlockN / 16; ++ks) {
-        std::uint32_t a[2][4];
+        std::uint32_t a[kDqMTiles][4];
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < kDqMTiles; ++mt)
           ldmatrix_x4_trans(
               a[mt], ds_base + (ks * 16 + (mat >> 1) * 8 + mat_row) * kPRowBytes + sw_ds.x[mt]);
 #pragma unroll
-        for (int np = 0; np < 2; ++np) {
+        for (int np = 0; np < kDqNTiles / 2; ++np) {
           std::uint32_t kb[4];
           ldmatrix_x4_trans(kb, k_base + (ks * 16 + bt_row) * kRowBytes + sw_k.x[np]);
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
+          for (int mt = 0; mt < kDqMTiles; ++mt) {
             mma_16816<T>(acc_dq[mt][2 * np], a[mt], kb[0], kb[1]);
             mma_16816<T>(acc_dq[mt][2 * np + 1], a[mt], kb[2], kb[3]);
           }
         }
       }
-      const int lane_row = m0 + 32 * wm + g, lane_col = 32 * wn + 2 * t;
+      const int lane_row = m0 + kDqRows * wm + g, lane_col = kDqCols * wn + 2 * t;
       float* const dq_rows =
           p.dq_accum + (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded * kDim;
 #if __CUDA_ARCH__ >= 900
@@ -374,9 +390,9 @@ __global__ void __launch_bounds__(256, 1)
       const int rows_left = p.len_q - row, cols_left = p.dim - col;
       float* const dq_lane = dq_rows + static_cast<std::int64_t>(row) * kDim + col;
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < kDqMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
+        for (int nt = 0; nt < kDqNTiles; ++nt) {
           const float* c = acc_dq[mt][nt];
           const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
           const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
@@ -389,9 +405,9 @@ __global__ void __launch_bounds__(256, 1)
       const int rows_left = p.len_q - lane_row, cols_left = p.dim - lane_col;
       float* const dq_lane = dq_rows + static_cast<std::int64_t>(lane_row) * kDim + lane_col;
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < kDqMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < kDqNTiles; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int di = mt * 16 + 8 * (e / 2), dd = nt * 8 + (e & 1);
@@ -406,7 +422,8 @@ __global__ void __launch_bounds__(256, 1)
   // Epilogue (zeros for keys that no query sees).
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
-    store_dk_dv_rows(p, acc_dk[mt], acc_dv[mt], b, hk, n0 + 32 * wk + 16 * mt + g, 64 * wq, t);
+    store_dk_dv_rows(p, acc_dk[mt], acc_dv[mt], b, hk, n0 + 32 * wk + 16 * mt + g, kKvCols * wq,
+                     t);
 }
 
 }  // namespace tileattn::cuda
