@@ -4,7 +4,7 @@
 # benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
 #
 #   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test sanitize race_repeat
-#                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80)
+#                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80) ncu_ops
 #                                        bwd_parts
 #                                        (default: build test sanitize bench bench_bwd;
 #                                        bench_bwd: the backward vs PyTorch FA2 and cuDNN;
@@ -319,7 +319,7 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
             --section SchedulerStats --section InstructionStats --section SourceCounters
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis)
   D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
-  timeout 200 "$NCU" --kernel-name regex:"flash_bwd_(sm90_)?kernel" --launch-count 1 "${sections[@]}" \
+  timeout 200 "$NCU" --kernel-name regex:"flash_bwd_(sm90_|2d_)?kernel" --launch-count 1 "${sections[@]}" \
     "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$L" --iters 1 \
     --warmup 0 >"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (tileattn) failed"
   timeout 200 "$NCU" --kernel-name regex:flash_bwd_dq_dk_dv --launch-count 1 "${sections[@]}" \
@@ -373,7 +373,7 @@ if has_stage ncu_src; then  # per-SASS-instruction stall samples of one kernel, 
   case $dir in
     fwd) kernel=flash_fwd_sm90_kernel bwd_flag=0 obj=sm90/flash_fwd_sm90_hdim$D.cu.o ;;
     bwd_sm80)
-      kernel=flash_bwd_kernel bwd_flag=1 obj=sm80/flash_bwd_hdim$D.cu.o
+      kernel="flash_bwd_(2d_)?kernel" bwd_flag=1 obj=sm80/flash_bwd_hdim$D.cu.o
       export TILEATTN_CUDA_DISABLE_SM90=1 ;;
     *) kernel=flash_bwd_sm90_kernel bwd_flag=1 obj=sm90/flash_bwd_sm90_hdim$D.cu.o ;;
   esac
@@ -389,6 +389,19 @@ if has_stage ncu_src; then  # per-SASS-instruction stall samples of one kernel, 
   gzip -c /tmp/ncu_src.csv >"$OUT/ncu_src.csv.gz"
   cuobjdump --dump-sass --gpu-architecture sm_90a "$BUILD/src/CMakeFiles/tileattn.dir/cuda/$obj" |
     gzip -c >"$OUT/${dir}.sass.gz"
+fi
+if has_stage ncu_ops; then  # executed instructions by opcode: tileattn's backward and FA2's
+  stage_mark ncu_ops
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
+  ops=(--metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum --print-metric-instances values)
+  timeout 150 "$NCU" --kernel-name regex:"flash_bwd_(sm90_|2d_)?kernel" --launch-count 1 "${ops[@]}" \
+    "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$L" --iters 1 \
+    --warmup 0 >"$OUT/ncu_ops.txt" 2>&1 || note "-- ncu_ops (tileattn) failed"
+  timeout 150 "$NCU" --kernel-name regex:flash_bwd_dq_dk_dv --launch-count 1 "${ops[@]}" \
+    python3 bench/gpu/bench_torch.py --backward 1 --dims "$D" --lengths "$L" --iters 1 --warmup 0 \
+    >>"$OUT/ncu_ops.txt" 2>&1 || note "-- ncu_ops (torch) failed"
+  grep -E "sass__inst|smsp__inst" "$OUT/ncu_ops.txt" | cut -c1-600 | tee -a "$SUMMARY"
 fi
 stage_mark end
 kill "$MONITOR" 2>/dev/null; wait "$MONITOR" 2>/dev/null

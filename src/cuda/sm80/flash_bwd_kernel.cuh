@@ -138,6 +138,13 @@ __device__ void store_dk_dv_rows(const FlashBwdParams& p, const float (&acc_dk)[
   }
 }
 
+// *address += (a, b, c, d): one 16-byte vector reduction (sm_90).
+__device__ __forceinline__ void red_add_v4(float* address, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "f"(a), "f"(b),
+               "f"(c), "f"(d)
+               : "memory");
+}
+
 // If pred, *address += (a, b, c, d): one 16-byte vector reduction (sm_90), predicated in the PTX
 // (with a C++ branch around it, ptxas recomputed each reduction's address inside the branch).
 __device__ __forceinline__ void red_add_v4_if(bool pred, float* address, float a, float b, float c,
@@ -595,10 +602,16 @@ cudaError_t launch_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
     constexpr int kTwoDDim = kBucket <= 128 ? kBucket : 128;  // (no 2-D kernel at D 256)
     if constexpr (!kGeneral && kBucket <= 128)
       two_d = p.dq_turn == nullptr && sm80_bwd_2d_enabled();
-    status = two_d ? launch_kernel(&flash_bwd_2d_kernel<T, kTwoDDim>, Bwd2dConfig<kTwoDDim>{}, p,
-                                   static_cast<unsigned>(ctas), stream)
-                   : launch_kernel(&flash_bwd_kernel<T, kBucket, kGeneral>, cfg, p,
-                                   static_cast<unsigned>(ctas), stream);
+    if (two_d) {  // dq_accum in the tiled layout, one sub-tile of the whole width
+      FlashBwdParams tiled = p;
+      tiled.dq_tile_cols = kBucket;
+      status = launch_kernel(&flash_bwd_2d_kernel<T, kTwoDDim>, Bwd2dConfig<kTwoDDim>{}, tiled,
+                             static_cast<unsigned>(ctas), stream);
+      if (status != cudaSuccess) return status;
+      return launch_flash_bwd_convert_dq<kBucket>(tiled, stream);
+    }
+    status = launch_kernel(&flash_bwd_kernel<T, kBucket, kGeneral>, cfg, p,
+                           static_cast<unsigned>(ctas), stream);
     if (status != cudaSuccess) return status;
   }
   return launch_flash_bwd_convert_dq<kBucket>(p, stream);

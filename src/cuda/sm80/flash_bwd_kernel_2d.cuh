@@ -133,14 +133,12 @@ __global__ void __launch_bounds__(256, 1)
   const bool lean_copy = p.vector_loads && p.dout_vector_loads;
   const QdoCopy lanes(threadIdx.x);
   const int span = m0_end - m0_begin;  // query rows a head's visit covers
-  const T* q_next = static_cast<const T*>(p.q) + b * p.q_stride_b +
-                    first_step.h * p.q_stride_h +
+  const T* q_next = static_cast<const T*>(p.q) + b * p.q_stride_b + first_step.h * p.q_stride_h +
                     static_cast<std::int64_t>(first_step.m0 + lanes.row0) * p.q_stride_l +
                     lanes.col0;
-  const T* do_next = static_cast<const T*>(p.dout) + b * p.do_stride_b +
-                     first_step.h * p.do_stride_h +
-                     static_cast<std::int64_t>(first_step.m0 + lanes.row0) * p.do_stride_l +
-                     lanes.col0;
+  const T* do_next =
+      static_cast<const T*>(p.dout) + b * p.do_stride_b + first_step.h * p.do_stride_h +
+      static_cast<std::int64_t>(first_step.m0 + lanes.row0) * p.do_stride_l + lanes.col0;
   const std::int64_t q_row_step = kBlockM * p.q_stride_l, do_row_step = kBlockM * p.do_stride_l;
   const std::int64_t q_head_step = p.q_stride_h - (span - kBlockM) * p.q_stride_l;
   const std::int64_t do_head_step = p.do_stride_h - (span - kBlockM) * p.do_stride_l;
@@ -149,10 +147,10 @@ __global__ void __launch_bounds__(256, 1)
   const bool q_cols_ok = lanes.col0 < p.dim, do_cols_ok = lanes.col0 < p.dim_v;
   // lse_log2 (threads below kBlockM / 4) or delta (the next kBlockM / 4): one 16-byte chunk.
   const unsigned stats_which = threadIdx.x / (kBlockM / 4);
-  const float* stats_next = (stats_which == 0 ? p.lse_log2 : p.delta) +
-                            (static_cast<std::int64_t>(b) * p.heads_q + first_step.h) *
-                                p.len_q_padded +
-                            first_step.m0 + threadIdx.x % (kBlockM / 4) * 4;
+  const float* stats_next =
+      (stats_which == 0 ? p.lse_log2 : p.delta) +
+      (static_cast<std::int64_t>(b) * p.heads_q + first_step.h) * p.len_q_padded + first_step.m0 +
+      threadIdx.x % (kBlockM / 4) * 4;
   const std::int64_t stats_head_step = p.len_q_padded - (span - kBlockM);
   const std::uint32_t qdo_base = smem_address(qdo_tiles);
   const std::uint32_t stats_lane =
@@ -170,11 +168,9 @@ __global__ void __launch_bounds__(256, 1)
         cp_async_16(q_s + lanes.round_offset(r),
                     q_ok ? q_next + r * q_round : static_cast<const T*>(p.q), q_ok ? 16 : 0);
         cp_async_16(do_s + lanes.round_offset(r),
-                    do_ok ? do_next + r * do_round : static_cast<const T*>(p.dout),
-                    do_ok ? 16 : 0);
+                    do_ok ? do_next + r * do_round : static_cast<const T*>(p.dout), do_ok ? 16 : 0);
       }
-      if (tid < kStatsCopies)
-        cp_async_16(stats_lane + stage * 2 * kBlockM * 4, stats_next, 16);
+      if (tid < kStatsCopies) cp_async_16(stats_lane + stage * 2 * kBlockM * 4, stats_next, 16);
     } else {
       load_step(next, stage);
     }
@@ -250,8 +246,7 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
       for (int np = 0; np < kSTiles / 2; ++np) {
         std::uint32_t bb[4];
-        ldmatrix_x4(bb,
-                    b_tile + (kQueries * wq + 16 * np + b_row) * kRowBytes + sw_b.periodic(ks));
+        ldmatrix_x4(bb, b_tile + (kQueries * wq + 16 * np + b_row) * kRowBytes + sw_b.periodic(ks));
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           mma_16816<T>(c[mt][2 * np], a[mt], bb[0], bb[1]);
@@ -297,6 +292,14 @@ __global__ void __launch_bounds__(256, 1)
     }
   };
 
+  // This lane's first dQ fragment in a step's 64-row blocks of the tiled workspace (see the dQ
+  // reduction below): rows kDqRows wm + 16 mt + (g, g + 8), columns kDqCols wn + 8 nt + 2t.
+  static_assert(kBlockM % 64 == 0 && (64 % kDqRows == 0 || kDqRows % 64 == 0) &&
+                    kDqRows % 64 + 16 * kDqMTiles <= 64,
+                "a warp's dQ fragments inside one 64-row block");
+  const int dq_lane = kDqRows * wm / 64 * 64 * kDim +
+                      ((kDqCols * wn / 8) * 128 + (kDqRows * wm % 64 / 16) * 32 + lane) * 4;
+
   Step step = first_step;
   for (int it = 0; it < n_iters; ++it, step = step_after(step)) {
     cp_async_wait<0>();
@@ -321,8 +324,7 @@ __global__ void __launch_bounds__(256, 1)
         seen_bits[mt][hh] = seen_mask[mt][hh].bits(m0 + kQueries * wq + 2 * t);
 #pragma unroll
     for (int nt = 0; nt < kSTiles; ++nt) {
-      const float2 lse2 =
-          *reinterpret_cast<const float2*>(lse_s + kQueries * wq + nt * 8 + 2 * t);
+      const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + kQueries * wq + nt * 8 + 2 * t);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -380,41 +382,27 @@ __global__ void __launch_bounds__(256, 1)
           }
         }
       }
-      const int lane_row = m0 + kDqRows * wm + g, lane_col = kDqCols * wn + 2 * t;
-      float* const dq_rows =
-          p.dq_accum + (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded * kDim;
-#if __CUDA_ARCH__ >= 900
-      // As the 1-D kernel: lanes t and t ^ 1 trade halves, one 16-byte reduction each.
-      const bool odd = (t & 1) != 0;
-      const int row = lane_row + (odd ? 8 : 0), col = lane_col - (odd ? 2 : 0);
-      const int rows_left = p.len_q - row, cols_left = p.dim - col;
-      float* const dq_lane = dq_rows + static_cast<std::int64_t>(row) * kDim + col;
+      // dq_accum in the tiled layout (cuda/common/dq_layout.cuh, sub-tiles of kDim columns):
+      // an m16 x n8 fragment is one float4 there, so each lane adds its four values with one
+      // 16-byte reduction, and a warp's 32 lanes cover 512 consecutive bytes. The workspace
+      // rows are padded to a multiple of 128 (>= m0 + kBlockM) and its columns to kDim, so no
+      // bounds test is needed; the rows past len_q are never read back.
+      float* const dq_step =
+          p.dq_accum +
+          ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + m0) * kDim + dq_lane;
 #pragma unroll
       for (int mt = 0; mt < kDqMTiles; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kDqNTiles; ++nt) {
+          float* const dq_frag = dq_step + (nt * 128 + mt * 32) * 4;
           const float* c = acc_dq[mt][nt];
-          const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
-          const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
-          const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-          red_add_v4_if(mt * 16 < rows_left && nt * 8 < cols_left,
-                        dq_lane + mt * 16 * kDim + nt * 8, odd ? got0 : c[0], odd ? got1 : c[1],
-                        odd ? c[2] : got0, odd ? c[3] : got1);
-        }
+#if __CUDA_ARCH__ >= 900
+          red_add_v4(dq_frag, c[0], c[1], c[2], c[3]);
 #else
-      const int rows_left = p.len_q - lane_row, cols_left = p.dim - lane_col;
-      float* const dq_lane = dq_rows + static_cast<std::int64_t>(lane_row) * kDim + lane_col;
 #pragma unroll
-      for (int mt = 0; mt < kDqMTiles; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kDqNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int di = mt * 16 + 8 * (e / 2), dd = nt * 8 + (e & 1);
-            if (di < rows_left && dd < cols_left)
-              atomicAdd(dq_lane + di * kDim + dd, acc_dq[mt][nt][e]);
-          }
+          for (int e = 0; e < 4; ++e) atomicAdd(dq_frag + e, c[e]);
 #endif
+        }
     }
   }
   cp_async_wait<0>();
@@ -422,8 +410,7 @@ __global__ void __launch_bounds__(256, 1)
   // Epilogue (zeros for keys that no query sees).
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
-    store_dk_dv_rows(p, acc_dk[mt], acc_dv[mt], b, hk, n0 + 32 * wk + 16 * mt + g, kKvCols * wq,
-                     t);
+    store_dk_dv_rows(p, acc_dk[mt], acc_dv[mt], b, hk, n0 + 32 * wk + 16 * mt + g, kKvCols * wq, t);
 }
 
 }  // namespace tileattn::cuda
