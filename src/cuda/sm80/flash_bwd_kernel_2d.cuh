@@ -202,6 +202,12 @@ __global__ void __launch_bounds__(256, 1)
       {LaneColumnMask<kSTiles>(KeyRowVisibility(p, n0 + 32 * wk + 16 + g, klen, diagonal)),
        LaneColumnMask<kSTiles>(KeyRowVisibility(p, n0 + 32 * wk + 24 + g, klen, diagonal))}};
 
+  // The steps whose queries m0 .. m0 + kBlockM - 1 every key of the block sees: those from
+  // whole_from to whole_to (the last key's first query, the first key's last; visibility
+  // ranges grow with the key), none if the block passes the key length.
+  const int whole_from = KeyRowVisibility(p, n0 + kBlockN - 1, klen, diagonal).lo;
+  const int whole_to = KeyRowVisibility(p, n0, klen, diagonal).hi;
+
   // ldmatrix lanes: A from [row][k] tiles (K, V; P^T, dS^T), B from [n][k] (Q, dO for S^T,
   // dP^T), B transposed from [k][n] (dO, Q for dV, dK; K for dQ), A transposed from [k][m]
   // (dS^T for dQ). Every ldmatrix row here is mat_row mod 8, so the swizzle is per lane.
@@ -316,24 +322,37 @@ __global__ void __launch_bounds__(256, 1)
     // P^T = 2^(S^T scale log2 e - lse), 0 where the key does not see the query.
     float pt[2][kSTiles][4];
     gemm_keys_by_queries(pt, k_base, q_base);
-    unsigned seen_bits[2][2];
+    // The mask only where some key of the block misses some query of the step: a step is
+    // whole (every key sees every query; the usual case away from the causal diagonal, a
+    // window's edges and the key / query ends) by a test on the block's two extreme rows.
+    const auto exponentials = [&](auto masked) {
+      unsigned seen_bits[2][2];
+      if constexpr (masked) {
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-        seen_bits[mt][hh] = seen_mask[mt][hh].bits(m0 + kQueries * wq + 2 * t);
+          for (int hh = 0; hh < 2; ++hh)
+            seen_bits[mt][hh] = seen_mask[mt][hh].bits(m0 + kQueries * wq + 2 * t);
+      }
 #pragma unroll
-    for (int nt = 0; nt < kSTiles; ++nt) {
-      const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + kQueries * wq + nt * 8 + 2 * t);
+      for (int nt = 0; nt < kSTiles; ++nt) {
+        const float2 lse2 =
+            *reinterpret_cast<const float2*>(lse_s + kQueries * wq + nt * 8 + 2 * t);
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float& x = pt[mt][nt][e];
-          x = exp2_approx(fmaf(x, p.scale_log2, -((e & 1) ? lse2.y : lse2.x)));
-          if (!(seen_bits[mt][e / 2] >> (2 * nt + (e & 1)) & 1u)) x = 0.0f;
-        }
-    }
+          for (int e = 0; e < 4; ++e) {
+            float& x = pt[mt][nt][e];
+            x = exp2_approx(fmaf(x, p.scale_log2, -((e & 1) ? lse2.y : lse2.x)));
+            if constexpr (masked)
+              if (!(seen_bits[mt][e / 2] >> (2 * nt + (e & 1)) & 1u)) x = 0.0f;
+          }
+      }
+    };
+    if (whole_from <= m0 && m0 + kBlockM - 1 <= whole_to)
+      exponentials(std::false_type{});
+    else
+      exponentials(std::true_type{});
     store_keys_by_queries(pt_tile, pt);
 
     // dS^T = P^T o (dP^T - delta), dP^T = V dO^T.
