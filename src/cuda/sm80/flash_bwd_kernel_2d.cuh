@@ -322,9 +322,11 @@ __global__ void __launch_bounds__(256, 1)
     // P^T = 2^(S^T scale log2 e - lse), 0 where the key does not see the query.
     float pt[2][kSTiles][4];
     gemm_keys_by_queries(pt, k_base, q_base);
-    // The mask only where some key of the block misses some query of the step: a step is
-    // whole (every key sees every query; the usual case away from the causal diagonal, a
+    // At D 64 the mask only where some key of the block misses some query of the step: a step
+    // is whole (every key sees every query; the usual case away from the causal diagonal, a
     // window's edges and the key / query ends) by a test on the block's two extreme rows.
+    // (Session 22, call 5: +0.6..1.6% at D 64; at D 128 ptxas then spills in the loop and it
+    // lost 1.0..1.6%, so D 128 masks every step.)
     const auto exponentials = [&](auto masked) {
       unsigned seen_bits[2][2];
       if constexpr (masked) {
@@ -349,7 +351,7 @@ __global__ void __launch_bounds__(256, 1)
           }
       }
     };
-    if (whole_from <= m0 && m0 + kBlockM - 1 <= whole_to)
+    if (kHeadDim == 64 && whole_from <= m0 && m0 + kBlockM - 1 <= whole_to)
       exponentials(std::false_type{});
     else
       exponentials(std::true_type{});
