@@ -4,7 +4,8 @@
 # benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
 #
 #   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test sanitize race_repeat
-#                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80) ncu_ops
+#                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80)
+#                                        ncu_ops (executed instructions by opcode)
 #                                        bwd_parts
 #                                        (default: build test sanitize bench bench_bwd;
 #                                        bench_bwd: the backward vs PyTorch FA2 and cuDNN;
@@ -319,7 +320,8 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
             --section SchedulerStats --section InstructionStats --section SourceCounters
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis)
   D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
-  timeout 200 "$NCU" --kernel-name regex:"flash_bwd_(sm90_|2d_)?kernel" --launch-count 1 "${sections[@]}" \
+  timeout 200 "$NCU" --kernel-name regex:"flash_bwd_(sm90_|2d_)?kernel" --launch-count 1 \
+    "${sections[@]}" \
     "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$L" --iters 1 \
     --warmup 0 >"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (tileattn) failed"
   timeout 200 "$NCU" --kernel-name regex:flash_bwd_dq_dk_dv --launch-count 1 "${sections[@]}" \
@@ -390,12 +392,15 @@ if has_stage ncu_src; then  # per-SASS-instruction stall samples of one kernel, 
   cuobjdump --dump-sass --gpu-architecture sm_90a "$BUILD/src/CMakeFiles/tileattn.dir/cuda/$obj" |
     gzip -c >"$OUT/${dir}.sass.gz"
 fi
-if has_stage ncu_ops; then  # executed instructions by opcode: tileattn's backward and FA2's
+if has_stage ncu_ops; then  # executed instructions by opcode, tileattn's backward and FA2's
+  # (counts only, largest first: ncu prints no opcode names; ncu_src names them for ours)
   stage_mark ncu_ops
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
-  ops=(--metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum --print-metric-instances values)
-  timeout 150 "$NCU" --kernel-name regex:"flash_bwd_(sm90_|2d_)?kernel" --launch-count 1 "${ops[@]}" \
+  ops=(--metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum
+       --print-metric-instances values)
+  timeout 150 "$NCU" --kernel-name regex:"flash_bwd_(sm90_|2d_)?kernel" --launch-count 1 \
+    "${ops[@]}" \
     "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$L" --iters 1 \
     --warmup 0 >"$OUT/ncu_ops.txt" 2>&1 || note "-- ncu_ops (tileattn) failed"
   timeout 150 "$NCU" --kernel-name regex:flash_bwd_dq_dk_dv --launch-count 1 "${ops[@]}" \
