@@ -51,5 +51,37 @@ TEST(CudaDqLayout, FragmentOrderMatchesTheConvertKernel) {
   check_layout(64, 64);   // D 64 (block_m 128): each warpgroup its own 64-row region
 }
 
+// The sm80 2-D backward kernel's dQ reductions (one sub-tile of the whole width): each lane's
+// float4 holds its four fragment values where the convert kernel reads them, and the kernel's
+// per-lane base plus kDqNextN / kDqNextM steps reach the same float4 as the direct formula.
+TEST(CudaDqLayout, FragmentOffsetsOfThe2dKernel) {
+  for (const int bucket : {64, 128}) {
+    SCOPED_TRACE(testing::Message() << "bucket " << bucket);
+    for (int row16 = 0; row16 < 256; row16 += 16)
+      for (int col8 = 0; col8 < bucket; col8 += 8)
+        for (int lane = 0; lane < 32; ++lane)
+          for (int e = 0; e < 4; ++e) {
+            const int row = row16 + lane / 4 + 8 * (e / 2), col = col8 + 2 * (lane % 4) + e % 2;
+            ASSERT_EQ(cuda::dq_fragment_offset(row16, col8, lane, bucket) + e,
+                      cuda::dq_tiled_offset(row, col, bucket, bucket))
+                << "row " << row << " col " << col;
+          }
+    // The kernel's warp tiles (Bwd2dConfig): block_m 64 at D 128, 128 at D 64; 2 x 4 warps of
+    // block_m / 2 rows x D / 4 columns of dQ.
+    const int block_m = bucket == 128 ? 64 : 128, rows = block_m / 2, cols = bucket / 4;
+    for (int wm = 0; wm < 2; ++wm)
+      for (int wn = 0; wn < 4; ++wn)
+        for (int lane = 0; lane < 32; ++lane) {
+          const int base = cuda::dq_fragment_offset(rows * wm, cols * wn, lane, bucket);
+          for (int mt = 0; mt < rows / 16; ++mt)
+            for (int nt = 0; nt < cols / 8; ++nt)
+              ASSERT_EQ(
+                  base + nt * cuda::kDqNextN + mt * cuda::kDqNextM,
+                  cuda::dq_fragment_offset(rows * wm + 16 * mt, cols * wn + 8 * nt, lane, bucket))
+                  << "wm " << wm << " wn " << wn << " mt " << mt << " nt " << nt;
+        }
+  }
+}
+
 }  // namespace
 }  // namespace tileattn::test

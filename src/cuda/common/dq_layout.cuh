@@ -21,4 +21,15 @@ __host__ __device__ inline std::int64_t dq_tiled_offset(int i, int d, int cols, 
          ((c / 8) * 128 + thread) * 4 + element;
 }
 
+// With one sub-tile of the whole width (cols == bucket, as the sm80 2-D backward kernel uses
+// it): the offset, within one (b, h) plane, of the float4 that holds lane `lane`'s share of the
+// m16 x n8 mma fragment whose rows start at row16 (a multiple of 16) and columns at col8 (a
+// multiple of 8): elements 0, 1 are (row16 + g, col8 + 2t, + 1), elements 2, 3 the same 8 rows
+// lower. Inside a 64-row block the next n8 tile is kDqNextN floats further, the next m16 tile
+// kDqNextM.
+__host__ __device__ constexpr int dq_fragment_offset(int row16, int col8, int lane, int bucket) {
+  return row16 / 64 * 64 * bucket + ((col8 / 8) * 128 + (row16 % 64 / 16) * 32 + lane) * 4;
+}
+constexpr int kDqNextN = 128 * 4, kDqNextM = 32 * 4;
+
 }  // namespace tileattn::cuda

@@ -303,8 +303,7 @@ __global__ void __launch_bounds__(256, 1)
   static_assert(kBlockM % 64 == 0 && (64 % kDqRows == 0 || kDqRows % 64 == 0) &&
                     kDqRows % 64 + 16 * kDqMTiles <= 64,
                 "a warp's dQ fragments inside one 64-row block");
-  const int dq_lane = kDqRows * wm / 64 * 64 * kDim +
-                      ((kDqCols * wn / 8) * 128 + (kDqRows * wm % 64 / 16) * 32 + lane) * 4;
+  const int dq_lane = dq_fragment_offset(kDqRows * wm, kDqCols * wn, lane, kDim);
 
   Step step = first_step;
   for (int it = 0; it < n_iters; ++it, step = step_after(step)) {
@@ -415,7 +414,7 @@ __global__ void __launch_bounds__(256, 1)
       for (int mt = 0; mt < kDqMTiles; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kDqNTiles; ++nt) {
-          float* const dq_frag = dq_step + (nt * 128 + mt * 32) * 4;
+          float* const dq_frag = dq_step + nt * kDqNextN + mt * kDqNextM;
           const float* c = acc_dq[mt][nt];
 #if __CUDA_ARCH__ >= 900
           red_add_v4(dq_frag, c[0], c[1], c[2], c[3]);
