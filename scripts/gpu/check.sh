@@ -5,7 +5,6 @@
 #
 #   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test sanitize race_repeat
 #                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80)
-#                                        ncu_ops (executed instructions by opcode)
 #                                        bwd_parts
 #                                        (default: build test sanitize bench bench_bwd;
 #                                        bench_bwd: the backward vs PyTorch FA2 and cuDNN;
@@ -318,7 +317,10 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   sections=(--section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats
             --section SchedulerStats --section InstructionStats --section SourceCounters
-            --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis)
+            --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+            --metrics sass__inst_executed_per_opcode --print-metric-instances values)
+  # (sass__inst_executed_per_opcode: executed instructions by opcode, largest first; ncu prints
+  # no opcode names, ncu_src names them for tileattn's kernel)
   D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
   timeout 200 "$NCU" --kernel-name regex:"flash_bwd_(sm90_|2d_)?kernel" --launch-count 1 \
     "${sections[@]}" \
@@ -334,6 +336,7 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
     --iters 1 --warmup 0 >"$OUT/ncu_bwd_cudnn.txt" 2>&1 || note "-- ncu (cudnn) failed"
   grep -E "^  [A-Za-z_].*Context|Duration|Registers Per|Block Size|Grid Size|Shared Memory Config|Dynamic Shared" \
     "$OUT/ncu_bwd_cudnn.txt" | tee -a "$SUMMARY"
+  grep -A2 -E "sass__inst_executed_per_opcode" "$OUT/ncu_bwd.txt" | tee -a "$SUMMARY"
   grep -E "^  [a-z_]+.*Context|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|L1/TEX Hit|Executed Ipc A" \
     "$OUT/ncu_bwd.txt" | tee -a "$SUMMARY"
 fi
@@ -391,22 +394,6 @@ if has_stage ncu_src; then  # per-SASS-instruction stall samples of one kernel, 
   gzip -c /tmp/ncu_src.csv >"$OUT/ncu_src.csv.gz"
   cuobjdump --dump-sass --gpu-architecture sm_90a "$BUILD/src/CMakeFiles/tileattn.dir/cuda/$obj" |
     gzip -c >"$OUT/${dir}.sass.gz"
-fi
-if has_stage ncu_ops; then  # executed instructions by opcode, tileattn's backward and FA2's
-  # (counts only, largest first: ncu prints no opcode names; ncu_src names them for ours)
-  stage_mark ncu_ops
-  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
-  ops=(--metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum
-       --print-metric-instances values)
-  timeout 150 "$NCU" --kernel-name regex:"flash_bwd_(sm90_|2d_)?kernel" --launch-count 1 \
-    "${ops[@]}" \
-    "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$L" --iters 1 \
-    --warmup 0 >"$OUT/ncu_ops.txt" 2>&1 || note "-- ncu_ops (tileattn) failed"
-  timeout 150 "$NCU" --kernel-name regex:flash_bwd_dq_dk_dv --launch-count 1 "${ops[@]}" \
-    python3 bench/gpu/bench_torch.py --backward 1 --dims "$D" --lengths "$L" --iters 1 --warmup 0 \
-    >>"$OUT/ncu_ops.txt" 2>&1 || note "-- ncu_ops (torch) failed"
-  grep -E "sass__inst|smsp__inst" "$OUT/ncu_ops.txt" | cut -c1-600 | tee -a "$SUMMARY"
 fi
 stage_mark end
 kill "$MONITOR" 2>/dev/null; wait "$MONITOR" 2>/dev/null
