@@ -154,22 +154,81 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
   }
 }
 
+// dst[(w * ld + r) * 2 ..] = elements 2w, 2w + 1 of rows[r] (one 32-bit word: a pair) for
+// r < n, w < words: 4 x 4 word blocks through SSE2 registers where the baseline target has
+// them. Bit copies only (loadu / memcpy), so any row alignment and any 16-bit data will do.
+void transpose_pairs(const std::uint16_t* const* rows, std::int64_t n, std::int64_t words,
+                     std::uint16_t* dst, std::int64_t ld) {
+  const auto copy_word = [&](std::int64_t r, std::int64_t w) {
+    std::memcpy(dst + (w * ld + r) * 2, rows[r] + 2 * w, 4);
+  };
+  std::int64_t r = 0;
+#if defined(__SSE2__)
+  for (; r + 4 <= n; r += 4) {
+    std::int64_t w = 0;
+    for (; w + 4 <= words; w += 4) {
+      const auto load = [&](int i) {
+        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r + i] + 2 * w));
+      };
+      const __m128i a = load(0), b = load(1), c = load(2), d = load(3);
+      const __m128i ab_lo = _mm_unpacklo_epi32(a, b), cd_lo = _mm_unpacklo_epi32(c, d);
+      const __m128i ab_hi = _mm_unpackhi_epi32(a, b), cd_hi = _mm_unpackhi_epi32(c, d);
+      const __m128i out[4] = {_mm_unpacklo_epi64(ab_lo, cd_lo), _mm_unpackhi_epi64(ab_lo, cd_lo),
+                              _mm_unpacklo_epi64(ab_hi, cd_hi), _mm_unpackhi_epi64(ab_hi, cd_hi)};
+      for (int i = 0; i < 4; ++i)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + ((w + i) * ld + r) * 2), out[i]);
+    }
+    for (; w < words; ++w)
+      for (int i = 0; i < 4; ++i) copy_word(r + i, w);
+  }
+#endif
+  for (; r < n; ++r)
+    for (std::int64_t w = 0; w < words; ++w) copy_word(r, w);
+}
+
 // amx and bf16_dot families (bf16 storage): K as [D/2][block_k][2], V as [block_k/2][Dv][2]
-// (pairs along the reduction dimension, as AMX's B operand and vdpbf16ps want them).
+// (pairs along the reduction dimension, as AMX's B operand and vdpbf16ps want them). K is a
+// transpose of 32-bit words (transpose_pairs), V interleaves the elements of two keys' rows
+// (SSE2 unpacks); scalar, these loops were ~10% of a bf16 call.
 void pack_block_pairs(const AttnParams& p, const Plan& plan, std::int64_t b, std::int64_t kv_head,
-                    std::int64_t kb, std::uint16_t* k_dst, std::uint16_t* v_dst) {
+                      std::int64_t kb, std::uint16_t* k_dst, std::uint16_t* v_dst) {
   const std::int64_t block_k = plan.config.block_k;
   const std::int64_t dvp = plan.geometry.dim_v_padded;
   std::fill_n(k_dst, plan.geometry.k_block_elems, std::uint16_t{0});
   std::fill_n(v_dst, plan.geometry.v_block_elems, std::uint16_t{0});
-  for (std::int64_t c = 0; c < block_k; ++c) {
-    const std::int64_t key = kb * block_k + c;
-    if (key >= p.len_k) break;
-    const auto* k_src = static_cast<const std::uint16_t*>(k_row(p, b, key, kv_head));
-    for (std::int64_t d = 0; d < p.dim; ++d) k_dst[((d / 2) * block_k + c) * 2 + d % 2] = k_src[d];
-    const auto* v_src = static_cast<const std::uint16_t*>(v_row(p, b, key, kv_head));
-    std::uint16_t* v_pairs = v_dst + (c / 2) * dvp * 2 + c % 2;
-    for (std::int64_t d = 0; d < p.dim_v; ++d) v_pairs[d * 2] = v_src[d];
+  const std::int64_t valid = std::clamp<std::int64_t>(p.len_k - kb * block_k, 0, block_k);
+  constexpr std::int64_t kMaxKeys = 128;
+  static_assert(cpu_tile_config(KernelFamily::amx).block_k <= kMaxKeys &&
+                cpu_tile_config(KernelFamily::bf16_dot).block_k <= kMaxKeys);
+  if (valid == 0) return;
+  const std::uint16_t* k_rows[kMaxKeys];
+  for (std::int64_t c = 0; c < valid; ++c)
+    k_rows[c] = static_cast<const std::uint16_t*>(k_row(p, b, kb * block_k + c, kv_head));
+  transpose_pairs(k_rows, valid, p.dim / 2, k_dst, block_k);
+  if (p.dim % 2 != 0)  // the last pair's second element stays the zero padding
+    for (std::int64_t c = 0; c < valid; ++c)
+      k_dst[((p.dim / 2) * block_k + c) * 2] = k_rows[c][p.dim - 1];
+  const auto v_key = [&](std::int64_t c) {
+    return static_cast<const std::uint16_t*>(v_row(p, b, kb * block_k + c, kv_head));
+  };
+  for (std::int64_t c = 0; c < valid; c += 2) {
+    const std::uint16_t* v0 = v_key(c);
+    const std::uint16_t* v1 = c + 1 < valid ? v_key(c + 1) : nullptr;
+    std::uint16_t* pairs = v_dst + (c / 2) * dvp * 2;
+    std::int64_t d = 0;
+#if defined(__SSE2__)
+    for (; d + 8 <= p.dim_v; d += 8) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v0 + d));
+      const __m128i y = v1 != nullptr ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(v1 + d))
+                                      : _mm_setzero_si128();
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs + 2 * d), _mm_unpacklo_epi16(x, y));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs + 2 * d + 8), _mm_unpackhi_epi16(x, y));
+    }
+#endif
+    for (; d < p.dim_v; ++d) {
+      pairs[2 * d] = v0[d];
+      pairs[2 * d + 1] = v1 != nullptr ? v1[d] : std::uint16_t{0};
+    }
   }
 }
 
