@@ -14,12 +14,14 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
 
+#include "cuda/common/bwd_cta_order.cuh"
 #include "cuda/common/bwd_prepare_convert.cuh"
 #include "cuda/common/dq_layout.cuh"
 #include "cuda/common/elements.cuh"
@@ -194,12 +196,10 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   const int lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int mat = lane / 8, mat_row = lane % 8;
 
-  int bid = static_cast<int>(blockIdx.x);
-  const int n_block = bid % p.num_n_blocks;
-  bid /= p.num_n_blocks;
-  const int chunk = bid % kChunks;
-  bid /= kChunks;
-  const int hk = bid % p.heads_kv, b = bid / p.heads_kv;
+  const BwdCta cta = bwd_cta_at(static_cast<int>(blockIdx.x), p.num_n_blocks,
+                                kChunks * p.heads_kv * p.batch, p.cta_section_pairs);
+  const int n_block = cta.n_block, chunk = cta.pair % kChunks;
+  const int hk = cta.pair / kChunks % p.heads_kv, b = cta.pair / kChunks / p.heads_kv;
   const int n0 = n_block * kBlockN;
   const int klen = key_length(p, b);
   const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
@@ -588,6 +588,23 @@ inline bool sm80_bwd_2d_enabled() {
   return value == nullptr || value[0] != '0';
 }
 
+// The CTA order of the sm80 kernels (cuda/common/bwd_cta_order.cuh): key blocks longest first
+// within sections of (chunk, KV head, batch) pairs where the work falls with the key block (a
+// causal band: the right edge bounded, the left one not), else the default order; not in
+// deterministic mode (its turns keep the default order). A section's rows budget: 24 MiB of the
+// H200's 50 MiB L2. TILEATTN_SM80_BWD_SECTION_PAIRS=n forces sections of n pairs (0: default).
+inline int sm80_bwd_section_pairs(const FlashBwdParams& p, int chunks, int bucket) {
+  const int pairs = chunks * p.heads_kv * p.batch;
+  if (const char* value = std::getenv("TILEATTN_SM80_BWD_SECTION_PAIRS"))
+    return std::atoi(value) > 0 ? std::min(std::atoi(value), pairs) : 0;
+  if (p.dq_turn != nullptr || p.window_right < 0 || p.window_left >= 0) return 0;
+  const long long in_bytes = p.in_type == ElemType::f32 ? 4 : 2;
+  const long long do_bytes = p.dout_type == ElemType::f32 ? 4 : 2;
+  const long long row_bytes = in_bytes * p.dim + do_bytes * p.dim_v + 4LL * bucket;
+  const long long pair_bytes = row_bytes * p.heads_per_kv * p.len_q_padded / chunks;
+  return bwd_section_pairs(pairs, pair_bytes, 24LL << 20);
+}
+
 // Enqueues the three kernels of one backward call on `stream` (the workspace in p is allocated;
 // the prepare kernel zeroes dq_accum); returns the first launch error.
 template <typename T, int kBucket, bool kGeneral>
@@ -598,19 +615,21 @@ cudaError_t launch_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   const std::int64_t ctas =
       static_cast<std::int64_t>(p.num_n_blocks) * cfg.chunks() * p.heads_kv * p.batch;
   if (ctas > 0) {
+    FlashBwdParams ordered = p;
+    ordered.cta_section_pairs = sm80_bwd_section_pairs(p, cfg.chunks(), kBucket);
     bool two_d = false;
     constexpr int kTwoDDim = kBucket <= 128 ? kBucket : 128;  // (no 2-D kernel at D 256)
     if constexpr (!kGeneral && kBucket <= 128)
       two_d = p.dq_turn == nullptr && sm80_bwd_2d_enabled();
     if (two_d) {  // dq_accum in the tiled layout, one sub-tile of the whole width
-      FlashBwdParams tiled = p;
+      FlashBwdParams tiled = ordered;
       tiled.dq_tile_cols = kBucket;
       status = launch_kernel(&flash_bwd_2d_kernel<T, kTwoDDim>, Bwd2dConfig<kTwoDDim>{}, tiled,
                              static_cast<unsigned>(ctas), stream);
       if (status != cudaSuccess) return status;
       return launch_flash_bwd_convert_dq<kBucket>(tiled, stream);
     }
-    status = launch_kernel(&flash_bwd_kernel<T, kBucket, kGeneral>, cfg, p,
+    status = launch_kernel(&flash_bwd_kernel<T, kBucket, kGeneral>, cfg, ordered,
                            static_cast<unsigned>(ctas), stream);
     if (status != cudaSuccess) return status;
   }

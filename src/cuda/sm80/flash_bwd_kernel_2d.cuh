@@ -68,10 +68,9 @@ __global__ void __launch_bounds__(256, 1)
   // dQ: rows 32 wm.., columns 32 wn..
   const int wm = warp / 4, wn = warp % 4;
 
-  int bid = static_cast<int>(blockIdx.x);
-  const int n_block = bid % p.num_n_blocks;
-  bid /= p.num_n_blocks;
-  const int hk = bid % p.heads_kv, b = bid / p.heads_kv;
+  const BwdCta cta = bwd_cta_at(static_cast<int>(blockIdx.x), p.num_n_blocks,
+                                p.heads_kv * p.batch, p.cta_section_pairs);
+  const int n_block = cta.n_block, hk = cta.pair % p.heads_kv, b = cta.pair / p.heads_kv;
   const int n0 = n_block * kBlockN;
   const int klen = key_length(p, b);
   const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;

@@ -1,0 +1,39 @@
+// Which key block and which (batch, KV head) pair a backward CTA takes, from its grid index.
+// The default order (section_pairs 0) runs a pair's key blocks one after another, so that CTAs
+// running at the same time share their pair's Q, dO and dQ rows in L2. Under a causal mask the
+// first key blocks of a pair are seen by the most queries (the longest CTAs), and those of the
+// last pairs launched then end the grid late: a tail of up to a whole long CTA on some SMs while
+// the others idle (a list-scheduling simulation of the FA3 grid on 132 SMs: 3% at D 64 and 6-7%
+// at D 128 above the balanced time, lengths 1k..8k). With section_pairs S > 0 the pairs are cut
+// into sections of S; a section runs key block 0 of each of its pairs, then key block 1, ...,
+// so that the work is handed out longest first within a section (and the grid ends on short
+// CTAs), while a section's pairs (chosen so that their rows fit in L2) still share their rows.
+#pragma once
+
+namespace tileattn::cuda {
+
+struct BwdCta {
+  int n_block;  // key block
+  int pair;     // index over the grid's other dimensions, fastest first (e.g. chunk, hk, b)
+};
+
+// CTA `bid` of a grid of num_n_blocks x pairs CTAs. One-to-one for every section_pairs >= 0.
+__host__ __device__ constexpr BwdCta bwd_cta_at(int bid, int num_n_blocks, int pairs,
+                                                int section_pairs) {
+  if (section_pairs <= 0) return {bid % num_n_blocks, bid / num_n_blocks};
+  const int section_ctas = section_pairs * num_n_blocks;
+  const int section = bid / section_ctas, within = bid % section_ctas;
+  const int first_pair = section * section_pairs;
+  const int in_section = pairs - first_pair < section_pairs ? pairs - first_pair : section_pairs;
+  return {within / in_section, first_pair + within % in_section};
+}
+
+// The section size for a causal grid: as many pairs as fit their rows read and written through
+// L2 (Q, dO and the f32 dQ rows of every query head of the pair: pair_bytes) into l2_budget
+// bytes, at least 1 (which is the default order again).
+constexpr int bwd_section_pairs(int pairs, long long pair_bytes, long long l2_budget) {
+  const long long fit = pair_bytes > 0 ? l2_budget / pair_bytes : pairs;
+  return static_cast<int>(fit < 1 ? 1 : (fit > pairs ? pairs : fit));
+}
+
+}  // namespace tileattn::cuda
