@@ -47,12 +47,17 @@ TEST(CudaBwdCtaOrder, EveryCtaOnceAndSectionsLongestFirst) {
       for (const int section : {0, 1, 2, 5, 8, 12, 128, 1000}) check_order(blocks, pairs, section);
 }
 
-TEST(CudaBwdCtaOrder, SectionSizeFromTheL2Budget) {
+TEST(CudaBwdCtaOrder, SectionsFillAWaveWithinTheL2Budget) {
   constexpr long long kMiB = 1 << 20;
-  EXPECT_EQ(cuda::bwd_section_pairs(128, 2 * kMiB, 24 * kMiB), 12);
-  EXPECT_EQ(cuda::bwd_section_pairs(32, 8 * kMiB, 24 * kMiB), 3);
-  EXPECT_EQ(cuda::bwd_section_pairs(8, kMiB, 24 * kMiB), 8);         // at most every pair
-  EXPECT_EQ(cuda::bwd_section_pairs(32, 64 * kMiB, 24 * kMiB), 1);   // at least one
+  // The FA3 grid at D 128 on 132 SMs: 16, 32, 64 key blocks; 2, 4, 8 MiB per pair.
+  EXPECT_EQ(cuda::bwd_section_pairs(128, 16, 132, 2 * kMiB, 32 * kMiB), 16);
+  EXPECT_EQ(cuda::bwd_section_pairs(64, 32, 132, 4 * kMiB, 32 * kMiB), 8);
+  EXPECT_EQ(cuda::bwd_section_pairs(32, 64, 132, 8 * kMiB, 32 * kMiB), 4);
+  // L2 caps it (a power of two that fits), the pairs cap it, and it is at least 1.
+  EXPECT_EQ(cuda::bwd_section_pairs(128, 16, 132, 5 * kMiB, 32 * kMiB), 4);
+  EXPECT_EQ(cuda::bwd_section_pairs(6, 4, 132, kMiB, 32 * kMiB), 6);
+  EXPECT_EQ(cuda::bwd_section_pairs(32, 8, 132, 64 * kMiB, 32 * kMiB), 1);
+  EXPECT_EQ(cuda::bwd_section_pairs(32, 1000, 132, kMiB, 32 * kMiB), 1);  // a wave per pair
 }
 
 }  // namespace

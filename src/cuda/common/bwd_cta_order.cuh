@@ -28,12 +28,22 @@ __host__ __device__ constexpr BwdCta bwd_cta_at(int bid, int num_n_blocks, int p
   return {within / in_section, first_pair + within % in_section};
 }
 
-// The section size for a causal grid: as many pairs as fit their rows read and written through
-// L2 (Q, dO and the f32 dQ rows of every query head of the pair: pair_bytes) into l2_budget
-// bytes, at least 1 (which is the default order again).
-constexpr int bwd_section_pairs(int pairs, long long pair_bytes, long long l2_budget) {
-  const long long fit = pair_bytes > 0 ? l2_budget / pair_bytes : pairs;
-  return static_cast<int>(fit < 1 ? 1 : (fit > pairs ? pairs : fit));
+// The section size for a causal grid: the smallest power of two of pairs whose key blocks fill
+// at least one wave of `sms` CTAs (so that the CTAs running together are handed out longest
+// first across the whole GPU; powers of two divide the usual pair counts, and a short last
+// section can cost what the order gains), capped by how many pairs' rows read and written
+// through L2 (Q, dO and the f32 dQ rows of each query head of the pair: pair_bytes) fit in
+// l2_budget bytes, and by the pairs there are. 1 is the default order again. (H200, session 23:
+// sections of 128 or 256 CTAs measured best at L 2k..8k; 192 as slow as the default order, as
+// the list-scheduling simulation predicts; the whole grid sorted lost 3% at 2k, an L2 effect.)
+constexpr int bwd_section_pairs(int pairs, int num_n_blocks, int sms, long long pair_bytes,
+                                long long l2_budget) {
+  int wave = 1;
+  while (wave < pairs && static_cast<long long>(wave) * num_n_blocks < sms) wave *= 2;
+  int fit = 1;
+  while (fit < pairs && static_cast<long long>(fit) * 2 * pair_bytes <= l2_budget) fit *= 2;
+  const int section = wave < fit ? wave : fit;
+  return section < pairs ? section : pairs;
 }
 
 }  // namespace tileattn::cuda

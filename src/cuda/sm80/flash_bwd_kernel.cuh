@@ -591,7 +591,7 @@ inline bool sm80_bwd_2d_enabled() {
 // The CTA order of the sm80 kernels (cuda/common/bwd_cta_order.cuh): key blocks longest first
 // within sections of (chunk, KV head, batch) pairs where the work falls with the key block (a
 // causal band: the right edge bounded, the left one not), else the default order; not in
-// deterministic mode (its turns keep the default order). A section's rows budget: 24 MiB of the
+// deterministic mode (its turns keep the default order). A section's rows budget: 32 MiB of the
 // H200's 50 MiB L2. TILEATTN_SM80_BWD_SECTION_PAIRS=n forces sections of n pairs (0: default).
 inline int sm80_bwd_section_pairs(const FlashBwdParams& p, int chunks, int bucket) {
   const int pairs = chunks * p.heads_kv * p.batch;
@@ -602,7 +602,11 @@ inline int sm80_bwd_section_pairs(const FlashBwdParams& p, int chunks, int bucke
   const long long do_bytes = p.dout_type == ElemType::f32 ? 4 : 2;
   const long long row_bytes = in_bytes * p.dim + do_bytes * p.dim_v + 4LL * bucket;
   const long long pair_bytes = row_bytes * p.heads_per_kv * p.len_q_padded / chunks;
-  return bwd_section_pairs(pairs, pair_bytes, 24LL << 20);
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 0;
+  return bwd_section_pairs(pairs, p.num_n_blocks, sms, pair_bytes, 32LL << 20);
 }
 
 // Enqueues the three kernels of one backward call on `stream` (the workspace in p is allocated;
