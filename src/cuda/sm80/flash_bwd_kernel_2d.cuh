@@ -10,9 +10,10 @@
 // Nsight Compute (docs/perf/gpu.md, session 21): the 1-D kernel issues 1.24x FlashAttention-2's
 // instructions at the same rate and moves ~1.36x its shared-memory wavefronts. A/B against it
 // (session 21, H200, bf16, L 2k / 8k): +4.8..5.6%, i.e. 0.82..0.87x FlashAttention-2 instead of
-// 0.78..0.83x. Skipping the mask's bit tests in interior tiles (a warp-uniform branch) was
-// 2.5% slower (and spilled 16 bytes): not kept. Fast path only (no mask, softcap, ALiBi,
-// dropout), and not in deterministic mode; TILEATTN_SM80_BWD_2D=0 selects the 1-D kernel.
+// 0.78..0.83x. At D 64 the mask's bit tests are compiled only into the loops of the steps
+// that need them (each head's steps run as masked / whole / masked loops); D 128 masks every
+// step (see the step loops below). Fast path only (no mask, softcap, ALiBi, dropout), and not
+// in deterministic mode; TILEATTN_SM80_BWD_2D=0 selects the 1-D kernel.
 #pragma once
 
 namespace tileattn::cuda {
@@ -304,8 +305,11 @@ __global__ void __launch_bounds__(256, 1)
                 "a warp's dQ fragments inside one 64-row block");
   const int dq_lane = dq_fragment_offset(kDqRows * wm, kDqCols * wn, lane, kDim);
 
+  // One step (the queries m0 .. m0 + kBlockM - 1 of head h), with the mask's bit tests
+  // (masked) or without them (a whole step: every key of the block sees every query).
+  int it = 0;
   Step step = first_step;
-  for (int it = 0; it < n_iters; ++it, step = step_after(step)) {
+  const auto step_body = [&](auto masked) {
     cp_async_wait<0>();
     __syncthreads();  // step it landed; every warp is done with step it - 1's tiles
     if (it + 1 < n_iters) load_next((it + 1) & 1);
@@ -320,12 +324,7 @@ __global__ void __launch_bounds__(256, 1)
     // P^T = 2^(S^T scale log2 e - lse), 0 where the key does not see the query.
     float pt[2][kSTiles][4];
     gemm_keys_by_queries(pt, k_base, q_base);
-    // At D 64 the mask only where some key of the block misses some query of the step: a step
-    // is whole (every key sees every query; the usual case away from the causal diagonal, a
-    // window's edges and the key / query ends) by a test on the block's two extreme rows.
-    // (Session 22, call 5: +0.6..1.6% at D 64; at D 128 ptxas then spills in the loop and it
-    // lost 1.0..1.6%, so D 128 masks every step.)
-    const auto exponentials = [&](auto masked) {
+    {
       unsigned seen_bits[2][2];
       if constexpr (masked) {
 #pragma unroll
@@ -348,11 +347,7 @@ __global__ void __launch_bounds__(256, 1)
               if (!(seen_bits[mt][e / 2] >> (2 * nt + (e & 1)) & 1u)) x = 0.0f;
           }
       }
-    };
-    if (kHeadDim == 64 && whole_from <= m0 && m0 + kBlockM - 1 <= whole_to)
-      exponentials(std::false_type{});
-    else
-      exponentials(std::true_type{});
+    }
     store_keys_by_queries(pt_tile, pt);
 
     // dS^T = P^T o (dP^T - delta), dP^T = V dO^T.
@@ -422,6 +417,40 @@ __global__ void __launch_bounds__(256, 1)
           for (int e = 0; e < 4; ++e) atomicAdd(dq_frag + e, c[e]);
 #endif
         }
+    }
+    ++it;
+    step = step_after(step);
+  };
+
+  // At D 64 each head's steps run in three loops, so that the mask's bit tests are compiled
+  // only into the loops of the steps that need them: the masked steps before the whole ones
+  // (from m0_begin up to the first whole step), the whole steps, and the masked steps after
+  // them. A step is whole iff whole_from <= m0 and m0 + kBlockM - 1 <= whole_to: the usual
+  // case away from the causal diagonal, a window's edges and the key / query ends. Session 23,
+  // call 5 (H200, against session 22's branch inside one loop): +1.4..1.7% non-causal,
+  // +0.6..1.6% causal at D 64; at D 128 the three loops (the whole steps' one 1656
+  // instructions against 1863) measured 2.2..2.6% slower, so D 128 keeps one loop that masks
+  // every step.
+  const int steps_per_head = (m0_end - m0_begin) / kBlockM;
+  const auto steps_below = [&](std::int64_t row) {  // steps whose m0 is below row, clamped
+    const std::int64_t k = (row - m0_begin + kBlockM - 1) / kBlockM;
+    return static_cast<int>(k < 0 ? 0 : (k > steps_per_head ? steps_per_head : k));
+  };
+  const int whole_begin = steps_below(whole_from);
+  const int whole_end =
+      max(whole_begin, steps_below(static_cast<std::int64_t>(whole_to) - kBlockM + 2));
+  const auto run_steps = [&](auto masked, int count) {
+#pragma unroll 1
+    for (int c = 0; c < count; ++c) step_body(masked);
+  };
+  if constexpr (kHeadDim == 128) {  // one loop, every step masked (see above)
+    run_steps(std::true_type{}, n_iters);
+  } else {
+#pragma unroll 1
+    for (int head = 0; head < p.heads_per_kv && steps_per_head > 0; ++head) {
+      run_steps(std::true_type{}, whole_begin);
+      run_steps(std::false_type{}, whole_end - whole_begin);
+      run_steps(std::true_type{}, steps_per_head - whole_end);
     }
   }
   cp_async_wait<0>();
