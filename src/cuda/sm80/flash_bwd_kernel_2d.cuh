@@ -431,14 +431,6 @@ __global__ void __launch_bounds__(256, 1)
   // +0.6..1.6% causal at D 64; at D 128 the three loops (the whole steps' one 1656
   // instructions against 1863) measured 2.2..2.6% slower, so D 128 keeps one loop that masks
   // every step.
-  const int steps_per_head = (m0_end - m0_begin) / kBlockM;
-  const auto steps_below = [&](std::int64_t row) {  // steps whose m0 is below row, clamped
-    const std::int64_t k = (row - m0_begin + kBlockM - 1) / kBlockM;
-    return static_cast<int>(k < 0 ? 0 : (k > steps_per_head ? steps_per_head : k));
-  };
-  const int whole_begin = steps_below(whole_from);
-  const int whole_end =
-      max(whole_begin, steps_below(static_cast<std::int64_t>(whole_to) - kBlockM + 2));
   const auto run_steps = [&](auto masked, int count) {
 #pragma unroll 1
     for (int c = 0; c < count; ++c) step_body(masked);
@@ -446,6 +438,14 @@ __global__ void __launch_bounds__(256, 1)
   if constexpr (kHeadDim == 128) {  // one loop, every step masked (see above)
     run_steps(std::true_type{}, n_iters);
   } else {
+    const int steps_per_head = (m0_end - m0_begin) / kBlockM;
+    const auto steps_below = [&](std::int64_t row) {  // steps whose m0 is below row, clamped
+      const std::int64_t k = (row - m0_begin + kBlockM - 1) / kBlockM;
+      return static_cast<int>(k < 0 ? 0 : (k > steps_per_head ? steps_per_head : k));
+    };
+    const int whole_begin = steps_below(whole_from);
+    const int whole_end =
+        max(whole_begin, steps_below(static_cast<std::int64_t>(whole_to) - kBlockM + 2));
 #pragma unroll 1
     for (int head = 0; head < p.heads_per_kv && steps_per_head > 0; ++head) {
       run_steps(std::true_type{}, whole_begin);
