@@ -105,4 +105,17 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// 4-byte shared-memory store and 16-byte shared-memory load (shared-window addresses).
+__device__ __forceinline__ void store_shared_u32(std::uint32_t address, std::uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(address), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 load_shared_v4u(std::uint32_t address) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+
 }  // namespace tileattn::cuda

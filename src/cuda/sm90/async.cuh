@@ -155,19 +155,6 @@ __device__ __forceinline__ void store_shared_v4(std::uint32_t address, float a, 
                : "memory");
 }
 
-// 4-byte shared-memory store and 16-byte shared-memory load (shared-window addresses).
-__device__ __forceinline__ void store_shared_u32(std::uint32_t address, std::uint32_t v) {
-  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(address), "r"(v) : "memory");
-}
-__device__ __forceinline__ uint4 load_shared_v4u(std::uint32_t address) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(address)
-               : "memory");
-  return v;
-}
-
 // 8-byte shared-memory load from a shared-window address.
 __device__ __forceinline__ float2 load_shared_v2(std::uint32_t address) {
   float2 v;
