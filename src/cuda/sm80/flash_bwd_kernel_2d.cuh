@@ -103,7 +103,10 @@ __global__ void __launch_bounds__(256, 1)
   constexpr int kKvCols = kDim / 2, kKvTiles = kKvCols / 8;
   constexpr int kDqRows = kBlockM / 2, kDqCols = kDim / 4;
   constexpr int kDqMTiles = kDqRows / 16, kDqNTiles = kDqCols / 8;
-  static_assert(kSTiles % 2 == 0 && kKvTiles % 2 == 0 && kDqNTiles % 2 == 0, "x4 loads");
+  // dS^T in parts at D 64, where its 64 registers per lane beside P^T's spilled.
+  constexpr int kDsParts = kHeadDim == 64 ? 2 : 1;
+  static_assert(kSTiles % (2 * kDsParts) == 0 && kKvTiles % 2 == 0 && kDqNTiles % 2 == 0,
+                "x4 loads");
 
   extern __shared__ __align__(128) unsigned char smem[];
   T* const k_tile = reinterpret_cast<T*>(smem);
@@ -287,12 +290,14 @@ __global__ void __launch_bounds__(256, 1)
 
   // C (key rows, query columns) of two m16 x four n8 tiles from A (kBlockN rows at a_tile) and
   // B (kBlockM rows at b_tile), both [row][d].
-  const auto gemm_keys_by_queries = [&](float(&c)[2][kSTiles][4], std::uint32_t a_tile,
-                                        std::uint32_t b_tile) {
+  // The n8 tiles n_first .. n_first + kN - 1 of this warp's queries only (kN < kSTiles: a part
+  // of C, its A fragments loaded again for each part).
+  const auto gemm_keys_by_queries = [&]<int kN>(float(&c)[2][kN][4], std::uint32_t a_tile,
+                                                std::uint32_t b_tile, int n_first) {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt)
+      for (int nt = 0; nt < kN; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) c[mt][nt][e] = 0.0f;
 #pragma unroll
@@ -302,9 +307,10 @@ __global__ void __launch_bounds__(256, 1)
       for (int mt = 0; mt < 2; ++mt)
         ldmatrix_x4(a[mt], a_tile + (32 * wk + 16 * mt + a_row) * kRowBytes + sw_a.periodic(ks));
 #pragma unroll
-      for (int np = 0; np < kSTiles / 2; ++np) {
+      for (int np = 0; np < kN / 2; ++np) {
         std::uint32_t bb[4];
-        ldmatrix_x4(bb, b_tile + (kQueries * wq + 16 * np + b_row) * kRowBytes + sw_b.periodic(ks));
+        ldmatrix_x4(bb, b_tile + (kQueries * wq + 8 * n_first + 16 * np + b_row) * kRowBytes +
+                            sw_b.periodic(ks));
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           mma_16816<T>(c[mt][2 * np], a[mt], bb[0], bb[1]);
@@ -315,16 +321,17 @@ __global__ void __launch_bounds__(256, 1)
   };
   // Stores C (as gemm_keys_by_queries lays it out) to a [key][query] tile, 16-bit (through the
   // shared pointer, so that ptxas emits STS and may reorder them).
-  const auto store_keys_by_queries = [&](T* tile, const float(&c)[2][kSTiles][4]) {
+  const auto store_keys_by_queries = [&]<int kN>(T* tile, const float(&c)[2][kN][4],
+                                                 int n_first) {
     unsigned char* const bytes = reinterpret_cast<unsigned char*>(tile) + lane_p_bytes;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt)
+        for (int nt = 0; nt < kN; ++nt)
           *reinterpret_cast<std::uint32_t*>(bytes + (16 * mt + 8 * hh) * kPRowBytes +
-                                            (((kSTiles * wq + nt) ^ g) << 4)) =
+                                            (((kSTiles * wq + n_first + nt) ^ g) << 4)) =
               MmaType<T>::pack(c[mt][nt][2 * hh], c[mt][nt][2 * hh + 1]);
   };
   // acc (32 keys x 64 columns) += A^T B over the step's queries: A from a [key][query] tile,
@@ -375,7 +382,7 @@ __global__ void __launch_bounds__(256, 1)
 
     // P^T = 2^(S^T scale log2 e - lse), 0 where the key does not see the query.
     float pt[2][kSTiles][4];
-    gemm_keys_by_queries(pt, k_base, q_base);
+    gemm_keys_by_queries(pt, k_base, q_base, 0);
     {
       unsigned seen_bits[2][2];
       if constexpr (masked) {
@@ -400,22 +407,28 @@ __global__ void __launch_bounds__(256, 1)
           }
       }
     }
-    store_keys_by_queries(pt_tile, pt);
+    store_keys_by_queries(pt_tile, pt, 0);
 
-    // dS^T = P^T o (dP^T - delta), dP^T = V dO^T.
-    float ds[2][kSTiles][4];
-    gemm_keys_by_queries(ds, v_base, do_base);
+    // dS^T = P^T o (dP^T - delta), dP^T = V dO^T; in kDsParts parts of this warp's queries.
 #pragma unroll
-    for (int nt = 0; nt < kSTiles; ++nt) {
-      const float2 delta2 =
-          *reinterpret_cast<const float2*>(delta_s + kQueries * wq + nt * 8 + 2 * t);
+    for (int part = 0; part < kDsParts; ++part) {
+      constexpr int kN = kSTiles / kDsParts;
+      const int n_first = part * kN;
+      float ds[2][kN][4];
+      gemm_keys_by_queries(ds, v_base, do_base, n_first);
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int nt = 0; nt < kN; ++nt) {
+        const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + kQueries * wq +
+                                                               (n_first + nt) * 8 + 2 * t);
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          ds[mt][nt][e] = pt[mt][nt][e] * (ds[mt][nt][e] - ((e & 1) ? delta2.y : delta2.x));
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            ds[mt][nt][e] =
+                pt[mt][n_first + nt][e] * (ds[mt][nt][e] - ((e & 1) ? delta2.y : delta2.x));
+      }
+      store_keys_by_queries(ds_tile, ds, n_first);
     }
-    store_keys_by_queries(ds_tile, ds);
     __syncthreads();  // P^T and dS^T complete
 
     gemm_keys_by_columns(acc_dv, pt_base, do_base);  // dV += P^T dO
