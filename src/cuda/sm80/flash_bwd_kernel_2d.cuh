@@ -14,61 +14,10 @@
 // that need them (each head's steps run as masked / whole / masked loops); D 128 masks every
 // step (see the step loops below). Fast path only (no mask, softcap, ALiBi, dropout), and not
 // in deterministic mode; TILEATTN_SM80_BWD_2D=0 selects the 1-D kernel. dK and dV leave through
-// shared memory as whole 16-byte row chunks where they are 16-bit (store_dk_dv_staged_2d).
+// shared memory as whole 16-byte row chunks where they are 16-bit (stage_and_store_dk_dv).
 #pragma once
 
 namespace tileattn::cuda {
-
-// The 2-D kernel's dK / dV epilogue where dK and dV are 16-bit with rows in 16-byte chunks
-// (p.dkv_vector_stores; otherwise store_dk_dv_rows, one element at a time through a type
-// switch). Through shared memory that the step loop no longer reads (stage: kPitchBytes per key
-// row, dV kDvOffset bytes after dK): each lane writes its pairs of dK (times scale) and dV as
-// 16-bit words, row r's 16-byte chunk c at c ^ (r % 8) so that neither these writes nor the row
-// reads conflict; after a barrier, the CTA stores whole rows with 16-byte stores. The lane's
-// rows: key_row0 + 16 mt + 8 hh; its chunks chunk0 + nt (column 2t of each). Session 24 (H200,
-// bf16, against the element stores): D 128 +3.0..11.5%, D 64 +1.1..8.3% (the most at L 2k,
-// where a CTA runs 16..32 steps); 4-byte pair stores straight from the fragments gained less
-// (D 64 +0.7..5.6%; D 128 session 23: +2% causal 2k, -2.4..-3.2% at 8k from a spill reload in
-// the step loop). The row loop is not unrolled: unrolled, ptxas spilled 104 B at D 64.
-template <int kDim, int kBlockN, int kThreads, int kTiles, std::uint32_t kPitchBytes,
-          std::uint32_t kDvOffset>
-__device__ __forceinline__ void store_dk_dv_staged_2d(const FlashBwdParams& p,
-                                                      const float (&acc_dk)[2][kTiles][4],
-                                                      const float (&acc_dv)[2][kTiles][4],
-                                                      std::uint32_t stage, int b, int hk, int n0,
-                                                      int key_row0, int chunk0, int t) {
-  constexpr int kChunks = kDim / 8;  // 16-byte chunks per row
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int r = key_row0 + 16 * mt + 8 * hh;
-#pragma unroll
-      for (int nt = 0; nt < kTiles; ++nt) {
-        const std::uint32_t at = stage + r * kPitchBytes + (((chunk0 + nt) ^ (r % 8)) * 16) + t * 4;
-        store_shared_u32(at, pack_pair16(p.dk_type, acc_dk[mt][nt][2 * hh] * p.scale,
-                                         acc_dk[mt][nt][2 * hh + 1] * p.scale));
-        store_shared_u32(at + kDvOffset, pack_pair16(p.dv_type, acc_dv[mt][nt][2 * hh],
-                                                     acc_dv[mt][nt][2 * hh + 1]));
-      }
-    }
-  __syncthreads();
-  const int dk_chunks = p.dim / 8, dv_chunks = p.dim_v / 8;
-  char* const dk_base = static_cast<char*>(p.dk) + (b * p.dk_stride_b + hk * p.dk_stride_h) * 2;
-  char* const dv_base = static_cast<char*>(p.dv) + (b * p.dv_stride_b + hk * p.dv_stride_h) * 2;
-#pragma unroll 1
-  for (int w = static_cast<int>(threadIdx.x); w < kBlockN * kChunks; w += kThreads) {
-    const int r = w / kChunks, c = w % kChunks;
-    const std::int64_t j = n0 + r;  // the key row
-    if (j >= p.len_k) continue;
-    const std::uint32_t at = stage + r * kPitchBytes + ((c ^ (r % 8)) * 16);
-    if (c < dk_chunks)
-      *reinterpret_cast<uint4*>(dk_base + (j * p.dk_stride_l + 8 * c) * 2) = load_shared_v4u(at);
-    if (c < dv_chunks)
-      *reinterpret_cast<uint4*>(dv_base + (j * p.dv_stride_l + 8 * c) * 2) =
-          load_shared_v4u(at + kDvOffset);
-  }
-}
 
 // D 128: steps of 64 queries; D 64: of 128 (as the 1-D kernel and FlashAttention-2 there).
 template <int kHeadDim>
@@ -321,8 +270,7 @@ __global__ void __launch_bounds__(256, 1)
   };
   // Stores C (as gemm_keys_by_queries lays it out) to a [key][query] tile, 16-bit (through the
   // shared pointer, so that ptxas emits STS and may reorder them).
-  const auto store_keys_by_queries = [&]<int kN>(T* tile, const float(&c)[2][kN][4],
-                                                 int n_first) {
+  const auto store_keys_by_queries = [&]<int kN>(T* tile, const float(&c)[2][kN][4], int n_first) {
     unsigned char* const bytes = reinterpret_cast<unsigned char*>(tile) + lane_p_bytes;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
@@ -418,8 +366,8 @@ __global__ void __launch_bounds__(256, 1)
       gemm_keys_by_queries(ds, v_base, do_base, n_first);
 #pragma unroll
       for (int nt = 0; nt < kN; ++nt) {
-        const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + kQueries * wq +
-                                                               (n_first + nt) * 8 + 2 * t);
+        const float2 delta2 =
+            *reinterpret_cast<const float2*>(delta_s + kQueries * wq + (n_first + nt) * 8 + 2 * t);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -524,12 +472,12 @@ __global__ void __launch_bounds__(256, 1)
   if (p.dkv_vector_stores) {
     __syncthreads();                  // every warp is done with the tiles that hold the staging
     if constexpr (kHeadDim == 128) {  // dK in the K tile, dV in the V tile
-      store_dk_dv_staged_2d<kDim, kBlockN, kThreads, kKvTiles, kRowBytes, kBlockN * kRowBytes>(
-          p, acc_dk, acc_dv, k_base, b, hk, n0, 32 * wk + g, kKvTiles * wq, t);
+      stage_and_store_dk_dv<kDim, kBlockN, kThreads, kRowBytes, kBlockN * kRowBytes>(
+          p, acc_dk, acc_dv, k_base, b, hk, n0, 0, 32 * wk + g, kKvTiles * wq, t);
     } else {  // both in the P^T tile's rows (256 bytes): dK the first half, dV the second
       static_assert(kPRowBytes == 4 * kDim, "a P^T row holds a dK and a dV row");
-      store_dk_dv_staged_2d<kDim, kBlockN, kThreads, kKvTiles, kPRowBytes, 2 * kDim>(
-          p, acc_dk, acc_dv, pt_base, b, hk, n0, 32 * wk + g, kKvTiles * wq, t);
+      stage_and_store_dk_dv<kDim, kBlockN, kThreads, kPRowBytes, 2 * kDim>(
+          p, acc_dk, acc_dv, pt_base, b, hk, n0, 0, 32 * wk + g, kKvTiles * wq, t);
     }
     return;
   }
