@@ -140,26 +140,24 @@ __device__ void store_dk_dv_rows(const FlashBwdParams& p, const float (&acc_dk)[
   }
 }
 
-// dK (times scale) and dV where both are 16-bit with rows in 16-byte chunks
-// (p.dkv_vector_stores), through shared memory the caller no longer reads (after a barrier):
-// `stage` holds kPitchBytes per key row, dV kDvOffset bytes after dK. Each lane writes its
-// fragments (rows key_row0 + 16 mt + 8 hh, stage chunks chunk0 + nt, column 2t of each) as
-// 16-bit pairs, row r's 16-byte chunk c at c ^ (r % 8) so that neither these writes nor the row
-// reads conflict; after a barrier the CTA stores kRows whole rows of kCols columns (from global
-// column col0) as 16-byte chunks. Session 24 (H200, bf16, the 2-D kernel, against
-// store_dk_dv_rows): D 128 +3.0..11.5%, D 64 +1.1..8.3%, the most at L 2k where a CTA runs
-// 16..32 steps; 4-byte pair stores straight from the fragments gained less (D 64 +0.7..5.6%;
-// D 128, session 23: +2% at causal 2k, -2.4..-3.2% at 8k from a spill reload in the step loop).
-// The row loop is not unrolled: unrolled, ptxas spilled 104 B in the 2-D kernel's D 64 loop.
-template <int kCols, int kRows, int kThreads, std::uint32_t kPitchBytes, std::uint32_t kDvOffset,
-          int kMTiles, int kTiles>
-__device__ __forceinline__ void stage_and_store_dk_dv(const FlashBwdParams& p,
-                                                      const float (&acc_dk)[kMTiles][kTiles][4],
-                                                      const float (&acc_dv)[kMTiles][kTiles][4],
-                                                      std::uint32_t stage, int b, int hk, int n0,
-                                                      int col0, int key_row0, int chunk0, int t) {
-  constexpr int kChunks = kCols / 8;  // 16-byte chunks per staged row
-  static_assert(kChunks >= 8 && kChunks % 8 == 0, "c ^ (r % 8) stays inside the row");
+// The staged dK / dV epilogue, where dK and dV are 16-bit with rows in 16-byte chunks
+// (p.dkv_vector_stores), through shared memory that the CTA no longer reads: `stage` holds
+// kPitchBytes per key row, dV kDvOffset bytes after dK, and row r's 16-byte chunk c lies at
+// c ^ (r % 8), so that neither the fragment-order writes nor the row-order reads conflict.
+// stage_dk_dv writes a lane's fragments (rows key_row0 + 16 mt + 8 hh, stage chunks chunk0 + nt,
+// column 2t of each) as 16-bit pairs, dK times scale; after a barrier over the writers,
+// store_staged_dk_dv_rows stores kRows whole rows from row first_row of the stage (kCols columns
+// from global column col0) as 16-byte chunks, spread over kThreads threads. Session 24 (H200,
+// bf16, the sm80 2-D kernel, against store_dk_dv_rows): D 128 +3.0..11.5%, D 64 +1.1..8.3%,
+// the most at L 2k where a CTA runs 16..32 steps; 4-byte pair stores straight from the fragments
+// gained less (D 64 +0.7..5.6%; D 128, session 23: +2% at causal 2k, -2.4..-3.2% at 8k from a
+// spill reload in the step loop). The sm80 kernels' row loop is not unrolled (kUnrollRows):
+// unrolled, ptxas spilled 104 B in the 2-D kernel's D 64 loop.
+template <std::uint32_t kPitchBytes, std::uint32_t kDvOffset, int kMTiles, int kTiles>
+__device__ __forceinline__ void stage_dk_dv(const FlashBwdParams& p,
+                                            const float (&acc_dk)[kMTiles][kTiles][4],
+                                            const float (&acc_dv)[kMTiles][kTiles][4],
+                                            std::uint32_t stage, int key_row0, int chunk0, int t) {
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -170,28 +168,57 @@ __device__ __forceinline__ void stage_and_store_dk_dv(const FlashBwdParams& p,
         const std::uint32_t at = stage + r * kPitchBytes + (((chunk0 + nt) ^ (r % 8)) * 16) + t * 4;
         store_shared_u32(at, pack_pair16(p.dk_type, acc_dk[mt][nt][2 * hh] * p.scale,
                                          acc_dk[mt][nt][2 * hh + 1] * p.scale));
-        store_shared_u32(at + kDvOffset, pack_pair16(p.dv_type, acc_dv[mt][nt][2 * hh],
-                                                     acc_dv[mt][nt][2 * hh + 1]));
+        store_shared_u32(at + kDvOffset,
+                         pack_pair16(p.dv_type, acc_dv[mt][nt][2 * hh], acc_dv[mt][nt][2 * hh + 1]));
       }
     }
-  __syncthreads();
+}
+
+template <int kCols, int kRows, int kThreads, std::uint32_t kPitchBytes, std::uint32_t kDvOffset,
+          bool kUnrollRows>
+__device__ __forceinline__ void store_staged_dk_dv_rows(const FlashBwdParams& p,
+                                                        std::uint32_t stage, int b, int hk, int n0,
+                                                        int col0, int first_row, int thread) {
+  constexpr int kChunks = kCols / 8;  // 16-byte chunks per staged row
+  static_assert(kChunks >= 8 && kChunks % 8 == 0, "c ^ (r % 8) stays inside the row");
   const int dk_chunks = (p.dim - col0) / 8, dv_chunks = (p.dim_v - col0) / 8;  // may be <= 0
   char* const dk_base =
       static_cast<char*>(p.dk) + (b * p.dk_stride_b + hk * p.dk_stride_h + col0) * 2;
   char* const dv_base =
       static_cast<char*>(p.dv) + (b * p.dv_stride_b + hk * p.dv_stride_h + col0) * 2;
-#pragma unroll 1
-  for (int w = static_cast<int>(threadIdx.x); w < kRows * kChunks; w += kThreads) {
-    const int r = w / kChunks, c = w % kChunks;
+  const auto store_chunk = [&](int w) {
+    const int r = first_row + w / kChunks, c = w % kChunks;
     const std::int64_t j = n0 + r;  // the key row
-    if (j >= p.len_k) continue;
+    if (j >= p.len_k) return;
     const std::uint32_t at = stage + r * kPitchBytes + ((c ^ (r % 8)) * 16);
     if (c < dk_chunks)
       *reinterpret_cast<uint4*>(dk_base + (j * p.dk_stride_l + 8 * c) * 2) = load_shared_v4u(at);
     if (c < dv_chunks)
       *reinterpret_cast<uint4*>(dv_base + (j * p.dv_stride_l + 8 * c) * 2) =
           load_shared_v4u(at + kDvOffset);
+  };
+  if constexpr (kUnrollRows) {
+#pragma unroll
+    for (int w = thread; w < kRows * kChunks; w += kThreads) store_chunk(w);
+  } else {
+#pragma unroll 1
+    for (int w = thread; w < kRows * kChunks; w += kThreads) store_chunk(w);
   }
+}
+
+// Both steps for a whole CTA (the sm80 kernels): the caller has synchronised the CTA after its
+// last read of the stage.
+template <int kCols, int kRows, int kThreads, std::uint32_t kPitchBytes, std::uint32_t kDvOffset,
+          int kMTiles, int kTiles>
+__device__ __forceinline__ void stage_and_store_dk_dv(const FlashBwdParams& p,
+                                                      const float (&acc_dk)[kMTiles][kTiles][4],
+                                                      const float (&acc_dv)[kMTiles][kTiles][4],
+                                                      std::uint32_t stage, int b, int hk, int n0,
+                                                      int col0, int key_row0, int chunk0, int t) {
+  stage_dk_dv<kPitchBytes, kDvOffset>(p, acc_dk, acc_dv, stage, key_row0, chunk0, t);
+  __syncthreads();
+  store_staged_dk_dv_rows<kCols, kRows, kThreads, kPitchBytes, kDvOffset, false>(
+      p, stage, b, hk, n0, col0, 0, static_cast<int>(threadIdx.x));
 }
 
 // *address += (a, b, c, d): one 16-byte vector reduction (sm_90).

@@ -76,13 +76,13 @@ inline constexpr int kStepBarrierThreads = 32 + 256;
 // once the bulk reduction has read it, the warpgroup syncs before writing the next one).
 inline constexpr int kDqBarrierThreads = 32 + 128;
 
-// The staged dK / dV epilogue (p.dkv_vector_stores): both consumer warpgroups write dK (times
-// scale) and dV, converted to 16 bits, into the Q / dO ring (free once both have retired their
-// last GEMMs: a 256-thread named barrier), each row's 16-byte chunk c at c ^ (row % 8) so that
-// neither the fragment-order writes nor the row-order reads conflict; after a barrier of its
-// own warpgroup, each warpgroup stores its 64 rows with 16-byte global stores, whole rows at a
-// time. (Stored from the accumulator fragments directly, the 4-byte stores with a bounds check
-// per element took 15% of the consumers' time at L 2048, D 128: ~6 steps per CTA.)
+// The staged dK / dV epilogue (p.dkv_vector_stores; sm80/flash_bwd_kernel.cuh's stage_dk_dv
+// and store_staged_dk_dv_rows): both consumer warpgroups write dK (times scale) and dV,
+// converted to 16 bits, into the Q / dO ring (free once both have retired their last GEMMs: a
+// 256-thread named barrier); after a barrier of its own warpgroup, each warpgroup stores its 64
+// rows with 16-byte global stores, whole rows at a time. (Stored from the accumulator fragments
+// directly, the 4-byte stores with a bounds check per element took 15% of the consumers' time
+// at L 2048, D 128: ~6 steps per CTA.)
 template <int kDim, int kBlockN>
 __device__ __forceinline__ void store_dk_dv_staged(const FlashBwdParams& p,
                                                    const float (&acc_dk)[kDim / 8][4],
@@ -90,37 +90,14 @@ __device__ __forceinline__ void store_dk_dv_staged(const FlashBwdParams& p,
                                                    std::uint32_t stage, int b, int hk, int n0,
                                                    int consumer, int key_row0, int t,
                                                    int all_barrier, int own_barrier) {
-  constexpr int kChunks = kDim / 8;  // 16-byte chunks per row (one n8 tile each)
   constexpr std::uint32_t kRowBytes = kDim * 2, kTileBytes = kBlockN * kRowBytes;
+  using OneTile = const float(&)[1][kDim / 8][4];
   named_barrier_sync(all_barrier, 256);
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = key_row0 + 8 * hh;
-#pragma unroll
-    for (int dt = 0; dt < kChunks; ++dt) {
-      const std::uint32_t at = stage + r * kRowBytes + ((dt ^ (r % 8)) * 16) + t * 4;
-      store_shared_u32(at, pack_pair16(p.dk_type, acc_dk[dt][2 * hh] * p.scale,
-                                       acc_dk[dt][2 * hh + 1] * p.scale));
-      store_shared_u32(at + kTileBytes,
-                       pack_pair16(p.dv_type, acc_dv[dt][2 * hh], acc_dv[dt][2 * hh + 1]));
-    }
-  }
+  stage_dk_dv<kRowBytes, kTileBytes>(p, reinterpret_cast<OneTile>(acc_dk),
+                                     reinterpret_cast<OneTile>(acc_dv), stage, key_row0, 0, t);
   named_barrier_sync(own_barrier, 128);
-  const int dk_chunks = p.dim / 8, dv_chunks = p.dim_v / 8;
-  char* const dk_base = static_cast<char*>(p.dk) + (b * p.dk_stride_b + hk * p.dk_stride_h) * 2;
-  char* const dv_base = static_cast<char*>(p.dv) + (b * p.dv_stride_b + hk * p.dv_stride_h) * 2;
-#pragma unroll
-  for (int w = static_cast<int>(threadIdx.x) % 128; w < 64 * kChunks; w += 128) {
-    const int r = consumer * 64 + w / kChunks, c = w % kChunks;
-    const std::int64_t j = n0 + r;  // the key row
-    if (j >= p.len_k) continue;
-    const std::uint32_t at = stage + r * kRowBytes + ((c ^ (r % 8)) * 16);
-    if (c < dk_chunks)
-      *reinterpret_cast<uint4*>(dk_base + (j * p.dk_stride_l + 8 * c) * 2) = load_shared_v4u(at);
-    if (c < dv_chunks)
-      *reinterpret_cast<uint4*>(dv_base + (j * p.dv_stride_l + 8 * c) * 2) =
-          load_shared_v4u(at + kTileBytes);
-  }
+  store_staged_dk_dv_rows<kDim, 64, 128, kRowBytes, kTileBytes, true>(
+      p, stage, b, hk, n0, 0, consumer * 64, static_cast<int>(threadIdx.x) % 128);
 }
 
 // kDeterministic: dQ added in key-block order (p.dq_turn), see the dQ warp. A template
