@@ -29,7 +29,7 @@ Probabilities probabilities(const AttnParams& prm, std::int64_t b, std::int64_t 
   r.lse.resize(static_cast<std::size_t>(Lq));
   const double scale = prm.scale, cap = prm.softcap;
   for (std::int64_t i = 0; i < Lq; ++i) {
-    double* row = &r.p[i * Lk];
+    double* row = r.p.data() + i * Lk;
     double row_max = kNegInf;
     for (std::int64_t j = 0; j < Lk; ++j) {
       double dot = 0.0;
@@ -115,8 +115,8 @@ void head_backward(const AttnParams& p, std::int64_t b, std::int64_t h, const He
   std::vector<double> dp(static_cast<std::size_t>(Lk));
   std::fill(dq, dq + Lq * D, 0.0);
   for (std::int64_t i = 0; i < Lq; ++i) {
-    const double* prob = &pr.p[i * Lk];
-    const double* g_out = &in.dout[i * Dv];
+    const double* prob = pr.p.data() + i * Lk;
+    const double* g_out = in.dout.data() + i * Dv;
     // With Z the keep mask: out = (P o Z / (1 - p)) V, so dV += (P o Z / (1 - p))^T dout and
     // dP = (dout V^T) o Z / (1 - p); then dS = P o (dP - rowsum(P o dP)).
     double delta = 0.0;

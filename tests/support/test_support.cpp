@@ -392,7 +392,8 @@ NaiveHead naive_head(const detail::AttnParams& p, std::int64_t b, std::int64_t h
 
 }  // namespace
 
-NaiveGradients naive_attention_backward(const AttentionBackwardArgs& args) {
+NaiveGradients naive_attention_backward(const AttentionBackwardArgs& args,
+                                        NaiveDelta delta_source) {
   const detail::AttnBackwardParams p = detail::validate_backward(args);
   const std::int64_t B = p.batch, Lq = p.len_q, Lk = p.len_k, Hq = p.heads_q, Hkv = p.heads_kv,
                      D = p.dim, Dv = p.dim_v;
@@ -429,7 +430,14 @@ NaiveGradients naive_attention_backward(const AttentionBackwardArgs& args) {
           prob[j] = std::exp(prob[j] - row_max);
           sum += prob[j];
         }
-        float delta = 0.0f;
+        float delta = 0.0f, delta_from_out = 0.0f;
+        if (delta_source == NaiveDelta::given_out) {
+          for (std::int64_t d = 0; d < Dv; ++d)
+            delta_from_out += dout[d] * detail::load_as_f32(p.out, p.out_dtype,
+                                                            b * p.o_stride_b + i * p.o_stride_l +
+                                                                h * p.o_stride_h + d);
+          delta_from_out = round_to(st, delta_from_out);
+        }
         for (std::int64_t j = 0; j < Lk; ++j) {
           prob[j] = round_to(st, prob[j] / sum);
           const float keep = dropout_factor(p, b, h, i, j);
@@ -441,6 +449,7 @@ NaiveGradients naive_attention_backward(const AttentionBackwardArgs& args) {
           const float kept = round_to(st, prob[j] * keep);
           for (std::int64_t d = 0; d < Dv; ++d) dv[d] += kept * dout[d];
         }
+        if (delta_source == NaiveDelta::given_out) delta = delta_from_out;
         float* dq = &r.dq[static_cast<std::size_t>(((b * Lq + i) * Hq + h) * D)];
         for (std::int64_t j = 0; j < Lk; ++j) {
           const float g = round_to(st, prob[j] * (dprob[j] - delta) * dscore[j]);

@@ -139,11 +139,15 @@ NaiveResult naive_attention(const AttentionArgs& args);
 
 // The backward the same naive way (the error bar of the CPU backward for 16-bit storage): the
 // probabilities recomputed as naive_attention does, dO V^T, dS and every gradient rounded to the
-// storage dtype, accumulation in f32, delta = rowsum(P o dP). Logical BSHD order.
+// storage dtype, accumulation in f32. Logical BSHD order. delta is rowsum(P o dP) from the
+// naive's own probabilities, or (NaiveDelta::given_out) rowsum(dO o out) from the out the call
+// passes, as the flash backward computes it: then the naive carries out's rounding too.
 struct NaiveGradients {
   std::vector<float> dq, dk, dv;
 };
-NaiveGradients naive_attention_backward(const AttentionBackwardArgs& args);
+enum class NaiveDelta : std::uint8_t { probabilities, given_out };
+NaiveGradients naive_attention_backward(const AttentionBackwardArgs& args,
+                                        NaiveDelta delta_source = NaiveDelta::probabilities);
 
 // Runs `call`, which must throw tileattn::Error whose message names `argument` (as
 // 'argument') and contains `fragment`; anything else is a test failure.
