@@ -669,14 +669,15 @@ inline bool sm80_bwd_2d_enabled() {
   return value == nullptr || value[0] != '0';
 }
 
-// The CTA order of the sm80 kernels (cuda/common/bwd_cta_order.cuh): key blocks longest first
-// within sections of (chunk, KV head, batch) pairs where the work falls with the key block (a
-// causal band: the right edge bounded, the left one not), else the default order; not in
+// The CTA order of the backward kernels (cuda/common/bwd_cta_order.cuh): key blocks longest
+// first within sections of (chunk, KV head, batch) pairs where the work falls with the key block
+// (a causal band: the right edge bounded, the left one not), else the default order; not in
 // deterministic mode (its turns keep the default order). A section's rows budget: 32 MiB of the
-// H200's 50 MiB L2. TILEATTN_SM80_BWD_SECTION_PAIRS=n forces sections of n pairs (0: default).
-inline int sm80_bwd_section_pairs(const FlashBwdParams& p, int chunks, int bucket) {
+// H200's 50 MiB L2. `env_name`=n forces sections of n pairs (0: the default order).
+inline int bwd_section_pairs_for(const FlashBwdParams& p, int chunks, int bucket,
+                                 const char* env_name) {
   const int pairs = chunks * p.heads_kv * p.batch;
-  if (const char* value = std::getenv("TILEATTN_SM80_BWD_SECTION_PAIRS"))
+  if (const char* value = std::getenv(env_name))
     return std::atoi(value) > 0 ? std::min(std::atoi(value), pairs) : 0;
   if (p.dq_turn != nullptr || p.window_right < 0 || p.window_left >= 0) return 0;
   const long long in_bytes = p.in_type == ElemType::f32 ? 4 : 2;
@@ -701,7 +702,8 @@ cudaError_t launch_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
       static_cast<std::int64_t>(p.num_n_blocks) * cfg.chunks() * p.heads_kv * p.batch;
   if (ctas > 0) {
     FlashBwdParams ordered = p;
-    ordered.cta_section_pairs = sm80_bwd_section_pairs(p, cfg.chunks(), kBucket);
+    ordered.cta_section_pairs =
+        bwd_section_pairs_for(p, cfg.chunks(), kBucket, "TILEATTN_SM80_BWD_SECTION_PAIRS");
     bool two_d = false;
     constexpr int kTwoDDim = kBucket <= 128 ? kBucket : 128;  // (no 2-D kernel at D 256)
     if constexpr (!kGeneral && kBucket <= 128)

@@ -26,7 +26,7 @@ struct FlashBwdParams : FlashFwdParams {
 
   int heads_kv;
   int num_n_blocks;  // ceil(len_k / block_n): key blocks, one CTA each (x chunks x Hkv x B)
-  int cta_section_pairs;  // the CTA order of the sm80 kernels: 0, or sections of this many
+  int cta_section_pairs;  // the CTA order of the backward kernels: 0, or sections of this many
                           // (chunk, Hkv, B) pairs, key blocks outer (cuda/common/bwd_cta_order.cuh)
   int len_q_padded;  // rows of the workspace arrays per (b, h): len_q rounded up to 128 (>= every
                      // block_m)

@@ -139,9 +139,9 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   constexpr int kDqFullBarrier = kStepEmptyBarrier + kStages, kDqEmptyBarrier = kDqFullBarrier + 2;
   static_assert(kDqEmptyBarrier + 2 <= 16, "named barriers");
 
-  const int n_block = static_cast<int>(blockIdx.x) % p.num_n_blocks;
-  const int hk = static_cast<int>(blockIdx.x) / p.num_n_blocks % p.heads_kv;
-  const int b = static_cast<int>(blockIdx.x) / p.num_n_blocks / p.heads_kv;
+  const BwdCta cta = bwd_cta_at(static_cast<int>(blockIdx.x), p.num_n_blocks,
+                                p.heads_kv * p.batch, p.cta_section_pairs);
+  const int n_block = cta.n_block, hk = cta.pair % p.heads_kv, b = cta.pair / p.heads_kv;
   const int n0 = n_block * kBlockN;
   const int klen = key_length(p, b);
   const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
