@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
   int cooldown_ms = 500, sustain_ms = 0;
   std::string json_path, label = "tileattn";
   bool backward = false, deterministic = false;
+  int causal_first = 0, causal_last = 1;  // --causal 0 | 1 | both (default)
   for (int a = 1; a + 1 < argc; a += 2) {
     const std::string flag = argv[a];
     if (flag == "--dims")
@@ -99,6 +100,10 @@ int main(int argc, char** argv) {
       backward = std::stoi(argv[a + 1]) != 0;
     else if (flag == "--deterministic")
       deterministic = std::stoi(argv[a + 1]) != 0;
+    else if (flag == "--causal" && std::string(argv[a + 1]) != "both")
+      causal_first = causal_last = std::stoi(argv[a + 1]) != 0 ? 1 : 0;
+    else if (flag == "--causal")
+      causal_first = 0, causal_last = 1;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -140,7 +145,7 @@ int main(int argc, char** argv) {
   std::printf("%5s %6s %6s %4s %4s %10s %9s  %s\n", "D", "causal", "L", "B", "H", "ms", "TFLOP/s",
               "kernel Br x Bc, warps, stages, mean SM clock, max power");
   for (int D : dims)
-    for (int causal = 0; causal < 2; ++causal)
+    for (int causal = causal_first; causal <= causal_last; ++causal)
       for (int L : lengths) {
         const std::int64_t B = kTokens / L, H = kChannels / D;
         tileattn::AttentionArgs args;

@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--sustain-ms", type=int, default=0)
     ap.add_argument("--backward", type=int, default=0)
     ap.add_argument("--backends", default="torch_fa2,torch_cudnn")
+    ap.add_argument("--causal", default="both", choices=["0", "1", "both"])
     args = ap.parse_args()
     dims = [int(x) for x in args.dims.split(",")]
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -62,7 +63,7 @@ def main():
         H = CHANNELS // D
         base = [torch.randn(TOKENS * CHANNELS, device="cuda", dtype=torch.bfloat16, generator=gen)
                 for _ in range(3)]
-        for causal in (False, True):
+        for causal in {"0": (False,), "1": (True,), "both": (False, True)}[args.causal]:
             for L in lengths:
                 B = TOKENS // L
                 q, k, v = (t.view(B, L, H, D).transpose(1, 2) for t in base)  # [B, H, L, D] views

@@ -9,7 +9,8 @@
 #                                        (default: build test sanitize bench bench_bwd;
 #                                        bench_bwd: the backward vs PyTorch FA2 and cuDNN;
 #                                        ncu_bwd: Nsight Compute on both backward kernels,
-#                                        D=NCU_BWD_DIM, L=NCU_BWD_LENGTH; bwd_parts: the
+#                                        D=NCU_BWD_DIM, L=NCU_BWD_LENGTH, NCU_BWD_CAUSAL=0|1
+#                                        (default 0); bwd_parts: the
 #                                        duration of every kernel of one backward call,
 #                                        tileattn's and cuDNN's, D in BWD_PARTS_DIMS, L in
 #                                        BWD_PARTS_LENGTHS)
@@ -321,19 +322,19 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
             --metrics sass__inst_executed_per_opcode --print-metric-instances values)
   # (sass__inst_executed_per_opcode: executed instructions by opcode, largest first; ncu prints
   # no opcode names, ncu_src names them for tileattn's kernel)
-  D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192}
+  D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192} C=${NCU_BWD_CAUSAL:-0}
   timeout 200 "$NCU" --kernel-name regex:"flash_bwd_(sm90_|2d_)?kernel" --launch-count 1 \
     "${sections[@]}" \
-    "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$L" --iters 1 \
-    --warmup 0 >"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (tileattn) failed"
+    "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$L" --causal "$C" \
+    --iters 1 --warmup 0 >"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (tileattn) failed"
   timeout 200 "$NCU" --kernel-name regex:flash_bwd_dq_dk_dv --launch-count 1 "${sections[@]}" \
-    python3 bench/gpu/bench_torch.py --backward 1 --dims "$D" --lengths "$L" --iters 1 --warmup 0 \
-    >>"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (torch) failed"
+    python3 bench/gpu/bench_torch.py --backward 1 --dims "$D" --lengths "$L" --causal "$C" --iters 1 \
+    --warmup 0 >>"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (torch) failed"
   # cuDNN's backward: every kernel of one backward call whose name is not PyTorch's own.
   timeout 200 "$NCU" --kernel-name regex:'^(?!.*(at::|elementwise|vectorized|reduce)).*$' \
     --launch-skip 0 --launch-count 6 --section SpeedOfLight --section LaunchStats --section Occupancy \
     python3 bench/gpu/bench_torch.py --backward 1 --backends torch_cudnn --dims "$D" --lengths "$L" \
-    --iters 1 --warmup 0 >"$OUT/ncu_bwd_cudnn.txt" 2>&1 || note "-- ncu (cudnn) failed"
+    --causal "$C" --iters 1 --warmup 0 >"$OUT/ncu_bwd_cudnn.txt" 2>&1 || note "-- ncu (cudnn) failed"
   grep -E "^  [A-Za-z_].*Context|Duration|Registers Per|Block Size|Grid Size|Shared Memory Config|Dynamic Shared" \
     "$OUT/ncu_bwd_cudnn.txt" | tee -a "$SUMMARY"
   grep -A2 -E "sass__inst_executed_per_opcode" "$OUT/ncu_bwd.txt" | tee -a "$SUMMARY"
@@ -374,7 +375,7 @@ if has_stage ncu_src; then  # per-SASS-instruction stall samples of one kernel, 
   # NCU_SRC=bwd (default) the sm90 backward, NCU_SRC=fwd the sm90 forward (first launch:
   # non-causal), NCU_SRC=bwd_sm80 the sm80 backward (run with TILEATTN_CUDA_DISABLE_SM90=1).
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192} dir=${NCU_SRC:-bwd}
+  D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192} C=${NCU_BWD_CAUSAL:-0} dir=${NCU_SRC:-bwd}
   case $dir in
     fwd) kernel=flash_fwd_sm90_kernel bwd_flag=0 obj=sm90/flash_fwd_sm90_hdim$D.cu.o ;;
     bwd_sm80)
@@ -385,11 +386,12 @@ if has_stage ncu_src; then  # per-SASS-instruction stall samples of one kernel, 
   timeout 200 "$NCU" --kernel-name regex:"$kernel" --launch-count 1 --section SpeedOfLight \
     --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section LaunchStats --print-details all \
-    "$BUILD/bench/gpu/tileattn_gpu_bench" --backward "$bwd_flag" --dims "$D" --lengths "$L" --iters 1 \
-    --warmup 0 >"$OUT/ncu_stalls.txt" 2>&1 || note "-- ncu_src (details) failed"
+    "$BUILD/bench/gpu/tileattn_gpu_bench" --backward "$bwd_flag" --dims "$D" --lengths "$L" \
+    --causal "$C" --iters 1 --warmup 0 >"$OUT/ncu_stalls.txt" 2>&1 || note "-- ncu_src (details) failed"
   timeout 200 "$NCU" --kernel-name regex:"$kernel" --launch-count 1 --section SourceCounters \
     --section WarpStateStats --page source --print-source sass --csv "$BUILD/bench/gpu/tileattn_gpu_bench" \
-    --backward "$bwd_flag" --dims "$D" --lengths "$L" --iters 1 --warmup 0 >/tmp/ncu_src.csv 2>&1 ||
+    --backward "$bwd_flag" --dims "$D" --lengths "$L" --causal "$C" --iters 1 --warmup 0 \
+    >/tmp/ncu_src.csv 2>&1 ||
     note "-- ncu_src failed"
   gzip -c /tmp/ncu_src.csv >"$OUT/ncu_src.csv.gz"
   cuobjdump --dump-sass --gpu-architecture sm_90a "$BUILD/src/CMakeFiles/tileattn.dir/cuda/$obj" |
