@@ -131,6 +131,29 @@ struct Scratch {
   }
 };
 
+// The backward's large buffers, kept per calling thread and reused by later calls (as the
+// forward keeps its packed phase buffer): allocated fresh, every call paid for zeroing them
+// and for a page fault per 4 KiB page (the packed pairs are up to pack_budget_bytes plus one
+// pair). They grow to the largest call's sizes and are freed when the thread exits. The
+// packing writes every element that the kernels read, and a dq partial tile is zeroed when a
+// thread first writes it in a phase, so stale contents are never read.
+struct BackwardBuffers {
+  AlignedVector<float> packed;
+  std::vector<AlignedVector<float>> partial;  // per thread of the call's team: dq partials
+};
+BackwardBuffers& backward_buffers() {
+  thread_local BackwardBuffers buffers;
+  return buffers;
+}
+
+// Makes `v` hold at least n elements, reallocating (not copying) only to grow.
+void reserve_floats(AlignedVector<float>& v, std::size_t n) {
+  if (v.size() >= n) return;
+  v.clear();
+  v.shrink_to_fit();
+  v.resize(n);
+}
+
 class Backward {
  public:
   struct Item {  // one key block of one pair of the phase; cost = query tiles that see it
@@ -148,7 +171,7 @@ class Backward {
     const std::int64_t pair_bytes = std::max<std::int64_t>(1, g_.pair_floats * 4);
     pairs_per_phase_ = std::clamp<std::int64_t>(kConfig.pack_budget_bytes / pair_bytes, 1,
                                                 std::max<std::int64_t>(pairs, 1));
-    packed_.resize(static_cast<std::size_t>(pairs_per_phase_ * g_.pair_floats));
+    reserve_floats(buffers_.packed, static_cast<std::size_t>(pairs_per_phase_ * g_.pair_floats));
     first_.resize(static_cast<std::size_t>(pairs_per_phase_ * g_.q_tiles * kBlockQ));
     last_.resize(first_.size());
     ranges_.resize(static_cast<std::size_t>(pairs_per_phase_ * g_.q_tiles));
@@ -156,7 +179,8 @@ class Backward {
       next_kb_.reset(new std::atomic<std::int64_t>[static_cast<std::size_t>(
           std::max<std::int64_t>(1, pairs_per_phase_ * g_.group * g_.q_tiles))]);
     } else {
-      partial_.resize(static_cast<std::size_t>(threads_));
+      if (buffers_.partial.size() < static_cast<std::size_t>(threads_))
+        buffers_.partial.resize(static_cast<std::size_t>(threads_));
       touched_.resize(static_cast<std::size_t>(threads_));
     }
   }
@@ -176,7 +200,7 @@ class Backward {
  private:
   std::int64_t batch_of(std::int64_t pair) const { return pair / p_.heads_kv; }
   float* pair_base(std::int64_t local) const {
-    return const_cast<float*>(packed_.data()) + local * g_.pair_floats;
+    return buffers_.packed.data() + local * g_.pair_floats;
   }
   float* q_tile_base(std::int64_t local, std::int64_t member, std::int64_t tile) const {
     return pair_base(local) + (member * g_.q_tiles + tile) * g_.q_tile_floats;
@@ -227,8 +251,8 @@ class Backward {
         // Longest first, so that causal work balances between threads.
         std::stable_sort(work_.begin(), work_.end(),
                          [](const Item& a, const Item& b) { return a.cost > b.cost; });
-        for (std::size_t t = 0; t < partial_.size(); ++t) {
-          partial_[t].resize(tiles * static_cast<std::size_t>(kBlockQ * g_.Dp));
+        for (std::size_t t = 0; t < touched_.size(); ++t) {
+          reserve_floats(buffers_.partial[t], tiles * static_cast<std::size_t>(kBlockQ * g_.Dp));
           touched_[t].assign(tiles, 0);
         }
       }
@@ -420,9 +444,9 @@ class Backward {
     const std::size_t index = static_cast<std::size_t>((local * g_.group + member) * g_.q_tiles + tile);
     const std::size_t floats = static_cast<std::size_t>(kBlockQ * g_.Dp);
     std::fill(s.dq.begin(), s.dq.end(), 0.0f);
-    for (std::size_t t = 0; t < partial_.size(); ++t) {  // thread order
+    for (std::size_t t = 0; t < touched_.size(); ++t) {  // thread order
       if (touched_[t][index] == 0) continue;
-      const float* src = partial_[t].data() + index * floats;
+      const float* src = buffers_.partial[t].data() + index * floats;
       for (std::size_t n = 0; n < floats; ++n) s.dq[n] += src[n];
     }
     store_dq(phase, local, member, tile, s.dq.data(), s);
@@ -444,7 +468,7 @@ class Backward {
   const std::int64_t q_group_;  // rows per group of the transposed Q / dO tiles
   const int threads_;
   std::int64_t pairs_per_phase_ = 1;
-  AlignedVector<float> packed_;
+  BackwardBuffers& buffers_ = backward_buffers();  // the packed pairs, the dq partials
   std::vector<std::int64_t> first_, last_;  // per packed query row: its visible keys
   std::vector<TileRange> ranges_;           // per (pair, query tile)
   std::vector<Item> work_;
@@ -453,9 +477,8 @@ class Backward {
   AlignedVector<float> shared_dq_;
   std::unique_ptr<std::atomic<std::int64_t>[]> next_kb_;
   std::atomic<std::size_t> next_item_{0};
-  // Otherwise: per thread, dq partials of every query tile of the phase and whether the thread
-  // has written (and so zeroed) each.
-  std::vector<AlignedVector<float>> partial_;
+  // Otherwise: per thread, whether it has written (and so zeroed) each query tile's dq partial
+  // (buffers_.partial) in this phase.
   std::vector<std::vector<std::uint8_t>> touched_;
 };
 
@@ -479,7 +502,7 @@ void Backward::key_block(std::int64_t phase, const Item& item, Scratch& s) {
         step.dq_gate = &DqGate::pass;
         step.dq_gate_arg = &gate;
       } else {
-        float* dq = partial_[thread].data() + index * floats;
+        float* dq = buffers_.partial[thread].data() + index * floats;
         if (touched_[thread][index] == 0) {
           std::fill(dq, dq + floats, 0.0f);
           touched_[thread][index] = 1;
