@@ -5,7 +5,7 @@
 #
 #   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test sanitize race_repeat
 #                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80)
-#                                        bwd_parts
+#                                        bwd_parts duel (DUEL_*: tileattn vs cuDNN alternately)
 #                                        (default: build test sanitize bench bench_bwd;
 #                                        bench_bwd: the backward vs PyTorch FA2 and cuDNN;
 #                                        ncu_bwd: Nsight Compute on both backward kernels,
@@ -248,6 +248,53 @@ if has_stage bench_bwd; then  # the backward: tileattn (sm80 kernel) vs PyTorch 
     /tmp/bench_bwd_sm80.json /tmp/bench_bwd_torch.json \
     --json "$OUT/bench_bwd.json" | tee -a "$SUMMARY"
 fi
+if has_stage duel; then
+  # tileattn and PyTorch cuDNN alternately, DUEL_ROUNDS times, on DUEL_DIMS x DUEL_LENGTHS
+  # (DUEL_CAUSAL 0|1|both, DUEL_BACKWARD 0|1): a ratio per round, so that the power state's
+  # drift between two runs a minute apart does not decide a comparison.
+  stage_mark duel
+  d_dims=${DUEL_DIMS:-128} d_lengths=${DUEL_LENGTHS:-16384} d_causal=${DUEL_CAUSAL:-1}
+  d_bwd=${DUEL_BACKWARD:-1} d_iters=${BENCH_ITERS:-20} duel_files=()
+  for round in $(seq "${DUEL_ROUNDS:-6}"); do
+    timeout 300 "$BUILD/bench/gpu/tileattn_gpu_bench" --backward "$d_bwd" --dims "$d_dims" \
+      --lengths "$d_lengths" --causal "$d_causal" --iters "$d_iters" "${TIMING[@]}" \
+      --label "tileattn_$round" --json "/tmp/duel_t_$round.json" >/tmp/duel.log 2>&1 ||
+      note "-- duel: tileattn round $round failed"
+    timeout 300 python3 bench/gpu/bench_torch.py --backward "$d_bwd" --backends torch_cudnn \
+      --dims "$d_dims" --lengths "$d_lengths" --causal "$d_causal" --iters "$d_iters" \
+      "${TIMING[@]}" --json "/tmp/duel_c_$round.json" >/tmp/duel.log 2>&1 ||
+      note "-- duel: cuDNN round $round failed"
+    duel_files+=("/tmp/duel_t_$round.json" "/tmp/duel_c_$round.json")
+  done
+  python3 - "${duel_files[@]}" <<'PY' | tee "$OUT/duel.txt" | tee -a "$SUMMARY"
+import json, statistics, sys
+rows = {}  # (D, causal, L) -> round -> {who: (tflops, mhz)}
+for i, path in enumerate(sys.argv[1:]):
+    who, rnd = ("tileattn", "cudnn")[i % 2], i // 2 + 1
+    try:
+        data = json.load(open(path))
+    except (OSError, ValueError):
+        continue
+    for r in data:  # both benches write impl, D, causal, L, tflops, sm_mhz per shape
+        key, tf, mhz = (r["D"], r["causal"], r["L"]), r.get("tflops"), r.get("sm_mhz") or 0
+        if tf:
+            rows.setdefault(key, {}).setdefault(rnd, {})[who] = (tf, mhz)
+print("duel: tileattn / cuDNN per round (TFLOP/s tileattn / cuDNN, ratio)")
+for key in sorted(rows):
+    ratios, cells = [], []
+    for rnd in sorted(rows[key]):
+        pair = rows[key][rnd]
+        if len(pair) == 2:
+            (t, tm), (c, cm) = pair["tileattn"], pair["cudnn"]
+            ratios.append(t / c)
+            cells.append(f"{t:.1f}/{c:.1f} {t / c:.2f} ({tm:.0f}/{cm:.0f} MHz)")
+    if ratios:
+        print(f"D {key[0]} causal {key[1]} L {key[2]}: median ratio {statistics.median(ratios):.3f}"
+              f" min {min(ratios):.3f} max {max(ratios):.3f} over {len(ratios)} rounds")
+        for c in cells:
+            print("   ", c)
+PY
+fi
 if has_stage ab; then
   # A/B in one call: AB_PATCH (a diff of the working tree against the baseline, e.g. written by
   # `git diff HEAD~1 > .gpu-deps/ab.patch` and carried) is reverse-applied to a copy of the tree,
@@ -322,14 +369,25 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
             --metrics sass__inst_executed_per_opcode --print-metric-instances values)
   # (sass__inst_executed_per_opcode: executed instructions by opcode, largest first; ncu prints
   # no opcode names, ncu_src names them for tileattn's kernel)
+  # NCU_BWD_LENGTHS (a list, e.g. "8192 16384") profiles tileattn's kernel at each length;
+  # NCU_BWD_ENV="VAR=value" profiles it once more per length under that setting;
+  # NCU_BWD_TORCH=0 skips FA2's kernel.
   D=${NCU_BWD_DIM:-128} L=${NCU_BWD_LENGTH:-8192} C=${NCU_BWD_CAUSAL:-0}
-  timeout 200 "$NCU" --kernel-name regex:"flash_bwd_(sm90_|2d_)?kernel" --launch-count 1 \
-    "${sections[@]}" \
-    "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$L" --causal "$C" \
-    --iters 1 --warmup 0 >"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (tileattn) failed"
-  timeout 200 "$NCU" --kernel-name regex:flash_bwd_dq_dk_dv --launch-count 1 "${sections[@]}" \
-    python3 bench/gpu/bench_torch.py --backward 1 --dims "$D" --lengths "$L" --causal "$C" --iters 1 \
-    --warmup 0 >>"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (torch) failed"
+  : >"$OUT/ncu_bwd.txt"
+  for len in ${NCU_BWD_LENGTHS:-$L}; do
+    for setting in "TILEATTN_NCU_SIDE=base" ${NCU_BWD_ENV:+"$NCU_BWD_ENV"}; do
+      echo "==== tileattn L=$len causal=$C $setting" >>"$OUT/ncu_bwd.txt"
+      # shellcheck disable=SC2086  # a setting may hold several VAR=value words
+      env $setting timeout 200 "$NCU" --kernel-name regex:"flash_bwd_(sm90_|2d_)?kernel" \
+        --launch-count 1 "${sections[@]}" \
+        "$BUILD/bench/gpu/tileattn_gpu_bench" --backward 1 --dims "$D" --lengths "$len" \
+        --causal "$C" --iters 1 --warmup 0 >>"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (tileattn) failed"
+    done
+  done
+  [[ ${NCU_BWD_TORCH:-1} == 1 ]] &&
+    { timeout 200 "$NCU" --kernel-name regex:flash_bwd_dq_dk_dv --launch-count 1 "${sections[@]}" \
+      python3 bench/gpu/bench_torch.py --backward 1 --dims "$D" --lengths "$L" --causal "$C" --iters 1 \
+      --warmup 0 >>"$OUT/ncu_bwd.txt" 2>&1 || note "-- ncu (torch) failed"; }
   # cuDNN's backward: every kernel of one backward call whose name is not PyTorch's own.
   timeout 200 "$NCU" --kernel-name regex:'^(?!.*(at::|elementwise|vectorized|reduce)).*$' \
     --launch-skip 0 --launch-count 6 --section SpeedOfLight --section LaunchStats --section Occupancy \
@@ -338,7 +396,7 @@ if has_stage ncu_bwd; then  # Nsight Compute on the backward kernels: tileattn's
   grep -E "^  [A-Za-z_].*Context|Duration|Registers Per|Block Size|Grid Size|Shared Memory Config|Dynamic Shared" \
     "$OUT/ncu_bwd_cudnn.txt" | tee -a "$SUMMARY"
   grep -A2 -E "sass__inst_executed_per_opcode" "$OUT/ncu_bwd.txt" | tee -a "$SUMMARY"
-  grep -E "^  [a-z_]+.*Context|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|L1/TEX Hit|Executed Ipc A" \
+  grep -E "^====|^  [a-z_]+.*Context|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Executed Ipc A" \
     "$OUT/ncu_bwd.txt" | tee -a "$SUMMARY"
 fi
 if has_stage bwd_parts; then  # per-kernel durations of backward calls (ncu): tileattn's and cuDNN's

@@ -235,7 +235,8 @@ class Backward {
           for (std::int64_t t = 0; t < g_.q_tiles; ++t) cost += sees(local, t, kb) ? 1 : 0;
           work_.push_back({local, kb, cost});
         }
-      const auto tiles = static_cast<std::size_t>(q_items);
+      // (Clamped at 0 so that g++ 13 sees a valid size for the touched_ memset below.)
+      const auto tiles = static_cast<std::size_t>(std::max<std::int64_t>(q_items, 0));
       if (p_.deterministic) {
         // Items in (pair, key block) order; each dq tile takes its key blocks' contributions in
         // that order (next_kb_ gates the dq product), so dq's summation order is fixed.
