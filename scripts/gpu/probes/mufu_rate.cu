@@ -1,0 +1,63 @@
+// Measures the MUFU.EX2 issue rate of one SM sub-partition (clocks per warp instruction) with
+// 1..8 warps per sub-partition, each warp running 16 independent chains x = ex2(x) - 1 (one
+// MUFU and one FADD per element; x stays in [-1, 0]). One CTA per SM. Prints, per warp count,
+// the median over warps of clocks per MUFU instruction of that warp.
+//   nvcc -O3 -arch=sm_90a -o /tmp/mufu_rate scripts/gpu/probes/mufu_rate.cu && /tmp/mufu_rate
+#include <cstdio>
+#include <vector>
+#include <algorithm>
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <int kChains>
+__global__ void mufu_kernel(int iters, float seed, float* sink, long long* clocks) {
+  float x[kChains];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) x[c] = -seed * (c + 1) / kChains;
+  __syncthreads();
+  const long long t0 = clock64();
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) x[c] = ex2(x[c]) - 1.0f;
+  }
+  const long long t1 = clock64();
+  float s = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) s += x[c];
+  if (s == 12345.0f) sink[threadIdx.x] = s;
+  if (threadIdx.x % 32 == 0) clocks[blockIdx.x * 32 + threadIdx.x / 32] = t1 - t0;
+}
+
+int main() {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  float* sink;
+  long long* clocks;
+  cudaMalloc(&sink, 1024 * sizeof(float));
+  cudaMalloc(&clocks, sms * 32 * sizeof(long long));
+  const int iters = 4096;
+  constexpr int kChains = 16;
+  for (int warps_per_smsp : {1, 2, 3, 4, 8}) {
+    const int threads = 128 * warps_per_smsp;
+    mufu_kernel<kChains><<<sms, threads>>>(iters, 0.5f, sink, clocks);  // warm-up
+    mufu_kernel<kChains><<<sms, threads>>>(iters, 0.5f, sink, clocks);
+    cudaDeviceSynchronize();
+    std::vector<long long> c(sms * 32);
+    cudaMemcpy(c.data(), clocks, c.size() * sizeof(long long), cudaMemcpyDeviceToHost);
+    std::vector<double> per;
+    for (int b = 0; b < sms; ++b)
+      for (int w = 0; w < threads / 32; ++w)
+        per.push_back(static_cast<double>(c[b * 32 + w]) / (iters * kChains));
+    std::sort(per.begin(), per.end());
+    std::printf("warps per sub-partition %d: clocks per MUFU.EX2 per warp: median %.2f (min %.2f, max %.2f)"
+                " -> sub-partition rate %.2f lanes/clock\n",
+                warps_per_smsp, per[per.size() / 2], per.front(), per.back(),
+                32.0 * warps_per_smsp / per[per.size() / 2]);
+  }
+  std::printf("%s\n", cudaGetErrorString(cudaGetLastError()));
+  return 0;
+}
