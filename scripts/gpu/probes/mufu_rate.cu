@@ -3,6 +3,8 @@
 // MUFU and one FADD per element; x stays in [-1, 0]). One CTA per SM. Prints, per warp count,
 // the median over warps of clocks per MUFU instruction of that warp.
 //   nvcc -O3 -arch=sm_90a -o /tmp/mufu_rate scripts/gpu/probes/mufu_rate.cu && /tmp/mufu_rate
+// H200, 1980 MHz (docs/perf/gpu.md, session 27): 8.5 / 16.1 / 23.9 / 32.0 / 63.8 clocks with
+// 1 / 2 / 3 / 4 / 8 warps, i.e. 4 lanes per clock per sub-partition.
 #include <cstdio>
 #include <vector>
 #include <algorithm>
