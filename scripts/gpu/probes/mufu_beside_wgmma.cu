@@ -16,14 +16,9 @@
 
 #include "cuda/sm90/async.cuh"
 #include "cuda/sm90/wgmma.cuh"
+#include "ex2_chains.cuh"
 
 using namespace tileattn::cuda;
-
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 template <int kMode>
 __global__ void __launch_bounds__(256, 1) probe(int mufu_iters, int gemm_groups, float* sink,
@@ -75,21 +70,8 @@ __global__ void __launch_bounds__(256, 1) probe(int mufu_iters, int gemm_groups,
     if (threadIdx.x == 0) clocks[blockIdx.x * 8 + 7] = t1 - t0;
     return;
   }
-  constexpr int kChains = 16;
-  float x[kChains];
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) x[c] = -0.5f * (c + 1) / kChains;
-  const long long t0 = clock64();
-  for (int i = 0; i < mufu_iters; ++i) {
-#pragma unroll
-    for (int c = 0; c < kChains; ++c) x[c] = ex2(x[c]) - 1.0f;
-  }
-  const long long t1 = clock64();
-  float s = 0.0f;
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) s += x[c];
-  if (s == 12345.0f) sink[threadIdx.x] = s;
-  if (threadIdx.x % 32 == 0) clocks[blockIdx.x * 8 + (threadIdx.x - 128) / 32] = t1 - t0;
+  const long long t = timed_ex2_chains(mufu_iters, 0.5f, sink);
+  if (threadIdx.x % 32 == 0) clocks[blockIdx.x * 8 + (threadIdx.x - 128) / 32] = t;
 }
 
 int main() {
@@ -111,7 +93,7 @@ int main() {
     cudaMemcpy(c.data(), clocks, c.size() * sizeof(long long), cudaMemcpyDeviceToHost);
     std::vector<double> mufu, gemm;
     for (int b = 0; b < sms; ++b) {
-      for (int w = 0; w < 4; ++w) mufu.push_back(static_cast<double>(c[b * 8 + w]) / (mufu_iters * 16));
+      for (int w = 0; w < 4; ++w) mufu.push_back(static_cast<double>(c[b * 8 + w]) / (mufu_iters * kEx2Chains));
       gemm.push_back(static_cast<double>(c[b * 8 + 7]));
     }
     std::sort(mufu.begin(), mufu.end());
@@ -119,7 +101,7 @@ int main() {
     std::printf("%-34s clocks per MUFU.EX2 per warp: median %.2f (min %.2f max %.2f); "
                 "MUFU loop %.0f clocks, wgmma stream %.0f clocks (%s)\n",
                 name, mufu[mufu.size() / 2], mufu.front(), mufu.back(),
-                mufu[mufu.size() / 2] * mufu_iters * 16, gemm[gemm.size() / 2],
+                mufu[mufu.size() / 2] * mufu_iters * kEx2Chains, gemm[gemm.size() / 2],
                 cudaGetErrorString(cudaGetLastError()));
   };
   run(probe<0>, "alone");

@@ -9,29 +9,12 @@
 #include <vector>
 #include <algorithm>
 
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+#include "ex2_chains.cuh"
 
-template <int kChains>
 __global__ void mufu_kernel(int iters, float seed, float* sink, long long* clocks) {
-  float x[kChains];
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) x[c] = -seed * (c + 1) / kChains;
   __syncthreads();
-  const long long t0 = clock64();
-  for (int i = 0; i < iters; ++i) {
-#pragma unroll
-    for (int c = 0; c < kChains; ++c) x[c] = ex2(x[c]) - 1.0f;
-  }
-  const long long t1 = clock64();
-  float s = 0.0f;
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) s += x[c];
-  if (s == 12345.0f) sink[threadIdx.x] = s;
-  if (threadIdx.x % 32 == 0) clocks[blockIdx.x * 32 + threadIdx.x / 32] = t1 - t0;
+  const long long t = timed_ex2_chains(iters, seed, sink);
+  if (threadIdx.x % 32 == 0) clocks[blockIdx.x * 32 + threadIdx.x / 32] = t;
 }
 
 int main() {
@@ -42,18 +25,17 @@ int main() {
   cudaMalloc(&sink, 1024 * sizeof(float));
   cudaMalloc(&clocks, sms * 32 * sizeof(long long));
   const int iters = 4096;
-  constexpr int kChains = 16;
   for (int warps_per_smsp : {1, 2, 3, 4, 8}) {
     const int threads = 128 * warps_per_smsp;
-    mufu_kernel<kChains><<<sms, threads>>>(iters, 0.5f, sink, clocks);  // warm-up
-    mufu_kernel<kChains><<<sms, threads>>>(iters, 0.5f, sink, clocks);
+    mufu_kernel<<<sms, threads>>>(iters, 0.5f, sink, clocks);  // warm-up
+    mufu_kernel<<<sms, threads>>>(iters, 0.5f, sink, clocks);
     cudaDeviceSynchronize();
     std::vector<long long> c(sms * 32);
     cudaMemcpy(c.data(), clocks, c.size() * sizeof(long long), cudaMemcpyDeviceToHost);
     std::vector<double> per;
     for (int b = 0; b < sms; ++b)
       for (int w = 0; w < threads / 32; ++w)
-        per.push_back(static_cast<double>(c[b * 32 + w]) / (iters * kChains));
+        per.push_back(static_cast<double>(c[b * 32 + w]) / (iters * kEx2Chains));
     std::sort(per.begin(), per.end());
     std::printf("warps per sub-partition %d: clocks per MUFU.EX2 per warp: median %.2f (min %.2f, max %.2f)"
                 " -> sub-partition rate %.2f lanes/clock\n",
