@@ -28,3 +28,18 @@ __device__ __forceinline__ long long timed_ex2_chains(int iters, float seed, flo
   if (s == 12345.0f) sink[threadIdx.x] = s;
   return t1 - t0;
 }
+
+// Host side: the SM count and the probes' device buffers (a sink for kept results, and
+// `slots_per_sm` clock slots per SM).
+struct ProbeBuffers {
+  int sms = 0;
+  float* sink = nullptr;
+  long long* clocks = nullptr;
+};
+inline ProbeBuffers probe_buffers(int slots_per_sm) {
+  ProbeBuffers b;
+  cudaDeviceGetAttribute(&b.sms, cudaDevAttrMultiProcessorCount, 0);
+  cudaMalloc(&b.sink, 1024 * sizeof(float));
+  cudaMalloc(&b.clocks, b.sms * slots_per_sm * sizeof(long long));
+  return b;
+}

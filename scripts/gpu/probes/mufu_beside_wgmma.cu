@@ -75,12 +75,7 @@ __global__ void __launch_bounds__(256, 1) probe(int mufu_iters, int gemm_groups,
 }
 
 int main() {
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  float* sink;
-  long long* clocks;
-  cudaMalloc(&sink, 1024 * sizeof(float));
-  cudaMalloc(&clocks, sms * 8 * sizeof(long long));
+  const auto [sms, sink, clocks] = probe_buffers(8);
   const int smem = 64 * 1024;
   const int mufu_iters = 4096, gemm_groups = 6000;
   auto run = [&](auto kernel, const char* name) {

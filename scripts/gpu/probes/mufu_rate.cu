@@ -18,12 +18,7 @@ __global__ void mufu_kernel(int iters, float seed, float* sink, long long* clock
 }
 
 int main() {
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  float* sink;
-  long long* clocks;
-  cudaMalloc(&sink, 1024 * sizeof(float));
-  cudaMalloc(&clocks, sms * 32 * sizeof(long long));
+  const auto [sms, sink, clocks] = probe_buffers(32);
   const int iters = 4096;
   for (int warps_per_smsp : {1, 2, 3, 4, 8}) {
     const int threads = 128 * warps_per_smsp;
