@@ -59,6 +59,9 @@ struct Sm90FwdParams {
   int group_heads;       // (batch, head) pairs per scheduling group (their K/V fit in L2 together)
   unsigned sched_slot;   // this launch's tile counter (kSchedulerSlots of them, reused in turn)
   bool ping_pong;        // consumer warpgroups take turns to issue their GEMMs
+  // Which of a tile's GEMM issues take a turn besides the key-block steps: the first block's S
+  // and the last block's P V (see take_turn).
+  bool first_turn, finish_turn;
   bool kv_evict_last;    // K/V loads carry the L2 evict-last hint (else evict-normal)
   float rescale_threshold;  // lazy rescaling of the online softmax, log2 units (0: eager)
   bool early_claim;  // tiles of equal work: the producer takes its next tile as a tile starts
@@ -105,6 +108,13 @@ __device__ __forceinline__ void finish_schedule(const Sm90FwdParams& params) {
 
 inline constexpr int kSm90ConsumerWarps = 8;  // two consumer warpgroups
 
+// A tile's coordinates, the visible key ranges of its first and last rows, and the key blocks
+// [n_block_begin, n_block_begin + n_blocks) it visits.
+struct Sm90TileWork {
+  TileCoords coords;
+  int first_top, last_top, first_bottom, last_bottom, n_block_begin, n_blocks;
+};
+
 template <int kStages>
 struct Sm90Barriers {
   // Per Q buffer (cfg.q_stages of them used) and consumer warpgroup: each warpgroup's 64 rows
@@ -117,6 +127,10 @@ struct Sm90Barriers {
   // The consumers' next tile (-1: no more tiles), in two words used in turn (by the parity of
   // the hand-over count), so that a word is rewritten only two hand-overs after it was read.
   int tile[2];
+  // The tile's work, computed by the producer beside its index, so that the consumers do not
+  // compute it between their Q and their first key block (its integer divisions' reciprocals
+  // wait there behind the other warpgroup's exponentials in the MUFU queue).
+  Sm90TileWork work[2];
   // Per consumer warp: batch, head and first query row of its current tile, written by its lane
   // 0 when the tile starts and read by the epilogue (see Epilogue below).
   int out_coords[kSm90ConsumerWarps][3];
@@ -151,7 +165,7 @@ __device__ __forceinline__ void max_tree(float (&v)[N]) {
 // 15 and 16; scripts/gpu/trace_summary.py reads them). No printf in the kernel itself: a call
 // inside it makes ptxas serialise the wgmmas.
 inline constexpr int kTraceIters = 24, kTracePoints = 8, kTraceLaunch = 3, kTracePeriod = 5;
-inline constexpr int kTraceTiles = 16, kTileTracePoints = 9;
+inline constexpr int kTraceTiles = 16, kTileTracePoints = 9, kTraceBlockTile = 4;
 static __device__ unsigned g_trace_launches[4];  // per consumer warpgroup
 static __device__ long long g_trace[4][kTraceIters][kTracePoints];
 static __device__ int g_trace_blocks[4];
@@ -163,7 +177,7 @@ static __global__ void print_fwd_trace_kernel() {
   if (g_trace_blocks[0] > 0 || g_trace_tile_count[0] > 0)
     printf("trace launch %u\n", g_trace_launch);
   for (int c = 0; c < 4; ++c) {
-    for (int i = 1; i < g_trace_blocks[c] && i < kTraceIters; ++i) {
+    for (int i = 0; i < g_trace_blocks[c] && i < kTraceIters; ++i) {
       const long long* t = g_trace[c][i];
       printf("trace wg %d block %d: %lld %lld %lld %lld %lld %lld %lld %lld\n", c, i, t[0], t[1],
              t[2], t[3], t[4], t[5], t[6], t[7]);
@@ -233,14 +247,11 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   constexpr int kBarsOffset =  // bytes from the aligned base to the barrier block
       static_cast<int>((kQStages * kBlockM * kDim + 2 * kStages * kBlockN * kDim) * sizeof(T)) +
       cfg.o_stage_bytes();
+  static_assert(sizeof(Sm90Barriers<kStages>) <= 1024, "the barrier block's kilobyte");
   auto& bars = *reinterpret_cast<Sm90Barriers<kStages>*>(reinterpret_cast<char*>(q_tiles) +
                                                          kBarsOffset);
 
-  // Key blocks [n_block_begin, n_block_begin + n_blocks) a tile visits.
-  struct TileWork {
-    TileCoords coords;
-    int first_top, last_top, first_bottom, last_bottom, n_block_begin, n_blocks;
-  };
+  using TileWork = Sm90TileWork;
   auto tile_work = [&](int tile) {
     TileWork w;
     int m_block, bh;
@@ -294,6 +305,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       prefetch_tensor_map(&params.q_map);
       prefetch_tensor_map(&params.k_map);
       prefetch_tensor_map(&params.v_map);
+      if (params.o_tma) prefetch_tensor_map(&params.o_map);  // the consumers' TMA stores
     }
     constexpr unsigned kKvBytes = cfg.kv_tile_bytes();
     // Q is read by one CTA once; K and V by every query block of their heads.
@@ -336,7 +348,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
       __syncwarp();
       if (q_pass > 0) named_barrier_sync(kTileEmptyBarrier, kTileEmptyThreads);
-      if (leader) bars.tile[q_pass & 1] = valid ? tile : -1;
+      if (leader) {
+        bars.tile[q_pass & 1] = valid ? tile : -1;
+        if (valid) bars.work[q_pass & 1] = w;
+      }
       __syncwarp();
 #pragma unroll
       for (int c = 0; c < kConsumerGroups; ++c)
@@ -416,6 +431,12 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     if (ping_pong) named_barrier_arrive(kTurnBarrier + (consumer + 1) % kConsumerGroups, 256);
   };
   if (consumer == kConsumerGroups - 1) pass_turn();  // warpgroup 0 goes first
+  // A tile's first S and its last P V take a turn only where the launch says so: without one, a
+  // warpgroup's tile end (last P V, epilogue, next tile's index and Q) does not hold back the
+  // other warpgroup, which otherwise waits at its own last P V for this warpgroup's next S.
+  // Both warpgroups of a tile take the same number of turns: turns(n) for n key blocks.
+  const bool first_turn = params.first_turn, finish_turn = params.finish_turn;
+  auto turns = [&](int n) { return n > 0 ? n - 1 + (first_turn ? 1 : 0) + (finish_turn ? 1 : 0) : 0; };
 
   float acc_o[kDTiles][4];
   // At D > 128 Q's descriptors are one base plus a constant per k-step, added by an opaque
@@ -481,28 +502,31 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   };
 
 #ifdef TILEATTN_FWD_TRACE
-  bool tracing = false;
+  bool tracing_tiles = false;
   if (blockIdx.x == 0 && warp_in_group == 0 && lane == 0) {
     const unsigned launch = atomicAdd(&g_trace_launches[consumer], 1u);
-    tracing = launch % kTracePeriod == kTraceLaunch;
-    if (tracing) g_trace_launch = launch;
+    tracing_tiles = launch % kTracePeriod == kTraceLaunch;
+    if (tracing_tiles) g_trace_launch = launch;
   }
-  const bool tracing_tiles = tracing;
+  bool tracing = false;  // the key blocks of tile kTraceBlockTile (a warm tile boundary)
 #endif
   const float speculation_limit = exp2f(params.rescale_threshold);  // see softmax
   int kv_it = 0;
   for (int q_pass = 0;; ++q_pass) {
+#ifdef TILEATTN_FWD_TRACE
+    tracing = tracing_tiles && q_pass == kTraceBlockTile;
+#endif
     TILEATTN_TRACE_TILE(q_pass, 0);
     named_barrier_sync(kTileFullBarrier + consumer, kTileFullThreads);
     const int tile_index = bars.tile[q_pass & 1];
     if (tile_index < 0) break;
+    const TileWork w = bars.work[q_pass & 1];
     TILEATTN_TRACE_TILE(q_pass, 1);
     named_barrier_arrive(kTileEmptyBarrier, kTileEmptyThreads);
     const int q_slot = q_pass % kQStages;
     mbarrier_wait(&bars.q_full[q_slot][consumer], (q_pass / kQStages) & 1);
     TILEATTN_TRACE_TILE(q_pass, 2);
     if constexpr (kQStages > 1) q_group = q_tiles + q_slot * kBlockM * kDim + consumer * 64 * 64;
-    const TileWork w = tile_work(tile_index);
     if (w.n_blocks == 0) release(&bars.q_empty[q_slot][consumer]);
     const TileCoords& tile = w.coords;
     const int h = tile.h, b = tile.b;
@@ -711,15 +735,23 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       float rescale[2];
       {
         const int slot = kv_it % kStages;
-        take_turn();
+        TILEATTN_TRACE(0, 0);
+        if (first_turn) take_turn();
+        TILEATTN_TRACE(0, 1);
         mbarrier_wait(&bars.k_full[slot], (kv_it / kStages) & 1);
+        TILEATTN_TRACE(0, 2);
         issue_qk(s, slot);
-        pass_turn();
+        TILEATTN_TRACE(0, 3);
+        if (first_turn) pass_turn();
+        TILEATTN_TRACE(0, 4);
         wgmma_wait<0>();
         fence_operand(s);
+        TILEATTN_TRACE(0, 5);
         release(&bars.k_empty[slot]);
         if (n_wg == 1) release(&bars.q_empty[q_slot][consumer]);
         softmax(s, pa0, w.n_block_begin, rescale);
+        TILEATTN_TRACE(0, 6);
+        TILEATTN_TRACE(0, 7);
         if constexpr (!kSpeculate) to_operand(s, pa0);
       }
       // Block i: P_{i-1} is in pa_prev; P_i goes to pa_next (the same buffer unless speculating).
@@ -753,10 +785,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       auto finish = [&](const POperand& pa_last) {  // the last block's P V
         const int it = kv_it + n_wg - 1, last = it % kStages;
         rescale_o(rescale);
-        take_turn();
+        if (finish_turn) take_turn();
         mbarrier_wait(&bars.v_full[last], (it / kStages) & 1);
         issue_pv(pa_last, last);
-        pass_turn();
+        if (finish_turn) pass_turn();
         if constexpr (kEarlyRows) {
           finalise_rows();
           if constexpr (kStagedOutput) {
@@ -790,12 +822,12 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       kv_it += w.n_blocks;
     }
     if (last_skip) {
-      // The skipped block: its turns (the finish's, and also the first block's when it is the
-      // tile's only one), and its K and V slots, released once loaded (so that each release
-      // counts towards this use of the slot).
+      // The skipped block: the turns the other warpgroup takes beyond this one's, and its K
+      // and V slots, released once loaded (so that each release counts towards this use of the
+      // slot).
       if (n_wg == 0) kv_it += w.n_blocks;
       const int it = kv_it - 1, slot = it % kStages;
-      for (int turn = n_wg > 0 ? 1 : 2; turn > 0; --turn) {
+      for (int turn = turns(w.n_blocks) - turns(n_wg); turn > 0; --turn) {
         take_turn();
         pass_turn();
       }
@@ -807,10 +839,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     }
     TILEATTN_TRACE_TILE(q_pass, 3);
 #ifdef TILEATTN_FWD_TRACE
-    if (tracing) {
-      tracing = false;
-      g_trace_blocks[consumer] = w.n_blocks;
-    }
+    if (tracing) g_trace_blocks[consumer] = w.n_blocks;
     if (tracing_tiles && q_pass < kTraceTiles) {
       g_trace_tile_blocks[consumer][q_pass] = w.n_blocks;
       g_trace_tile_count[consumer] = q_pass + 1;

@@ -21,8 +21,10 @@ inline std::atomic<unsigned> g_sm90_launches{0};  // picks each launch's schedul
 // persistent grid and the lazy softmax rescaling off; TILEATTN_SM90_KV_EVICT_LAST=0 loads K/V
 // with the evict-normal L2 hint; TILEATTN_SM90_GROUP_MB=n sets the K/V bytes of one scheduling
 // group (default 8 MiB); TILEATTN_SM90_TMA_STORE=0 writes the staged output with 16-byte stores
-// instead of TMA stores; TILEATTN_SM90_CTAS=n caps the persistent grid at n CTAs (tests: many
-// tiles per CTA on small shapes).
+// instead of TMA stores; TILEATTN_SM90_STAGE_OUTPUT=0 stores the output from the registers (no
+// staging buffer); TILEATTN_SM90_FIRST_TURN=0 / TILEATTN_SM90_FINISH_TURN=0 issue a tile's first
+// S / last P V outside the ping-pong turns; TILEATTN_SM90_CTAS=n caps the persistent grid at n
+// CTAs (tests: many tiles per CTA on small shapes).
 inline bool sm90_option(const char* name, bool fallback) {
   const char* value = std::getenv(name);
   if (value == nullptr) return fallback;
@@ -41,6 +43,8 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   Sm90FwdParams params{};
   params.base = p;
+  // TILEATTN_SM90_STAGE_OUTPUT=0: the output from the registers, element pairs (no staging).
+  if (!sm90_option("TILEATTN_SM90_STAGE_OUTPUT", true)) params.base.vector_stores = false;
   const int heads_kv = p.heads_q / p.heads_per_kv;
   if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, p.len_q, p.heads_q, p.batch,
                        p.q_stride_l, p.q_stride_h, p.q_stride_b, 64) ||  // per warpgroup
@@ -52,7 +56,7 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
   // The output by TMA stores from the staging buffer where there is one and 16-byte stores are
   // legal (out type T, aligned rows); TILEATTN_SM90_TMA_STORE=0: the 16-byte stores. A store
   // copies the 16-bit elements as they are, so the map's bf16 type serves f16 output too.
-  params.o_tma = cfg.o_stage_bytes() > 0 && p.vector_stores &&
+  params.o_tma = cfg.o_stage_bytes() > 0 && params.base.vector_stores &&
                  sm90_option("TILEATTN_SM90_TMA_STORE", true) &&
                  encode_tile_map(&params.o_map, p.out, bf16, p.dim_v, p.len_q, p.heads_q, p.batch,
                                  p.o_stride_l, p.o_stride_h, p.o_stride_b, 64);
@@ -65,6 +69,8 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
   params.group_heads = static_cast<int>(std::clamp<std::int64_t>(
       group_bytes / kv_bytes_per_pair, 1, std::int64_t{p.batch} * p.heads_q));
   params.ping_pong = sm90_option("TILEATTN_SM90_PING_PONG", true);
+  params.first_turn = sm90_option("TILEATTN_SM90_FIRST_TURN", true);
+  params.finish_turn = sm90_option("TILEATTN_SM90_FINISH_TURN", true);
   params.kv_evict_last = sm90_option("TILEATTN_SM90_KV_EVICT_LAST", true);
   params.early_claim = p.window_left < 0 && p.window_right < 0;  // no causal / window band
   params.rescale_threshold = sm90_option("TILEATTN_SM90_LAZY_RESCALE", true) ? 8.0f : 0.0f;
