@@ -157,9 +157,9 @@ __device__ __forceinline__ void max_tree(float (&v)[N]) {
 // Measurement build only (-DTILEATTN_FWD_TRACE): lane 0 of each consumer warpgroup's first warp
 // in CTA 0 stores clock64() to global memory in the launches numbered kTraceLaunch modulo
 // kTracePeriod (scripts/gpu/trace_fwd.sh runs 2 warm-up and 3 timed launches per shape, so
-// each shape's second timed launch is traced, causal and not): at eight
-// points of every key block of its first tile, and at nine points of each of its first
-// kTraceTiles tiles (loop top, tile index read, Q ready, last P V done, epilogue done; inside
+// each shape's second timed launch is traced, causal and not): at eight points of every key
+// block (block 0 too) of its tile kTraceBlockTile (a warm tile boundary), and at nine points
+// of each of its first kTraceTiles tiles (loop top, tile index read, Q ready, last P V done, epilogue done; inside
 // the staged epilogue: 1 / l done, buffer free, buffer written, TMA stores issued).
 // print_fwd_trace_kernel (launched after each forward) prints them (docs/perf/gpu.md, sessions
 // 15 and 16; scripts/gpu/trace_summary.py reads them). No printf in the kernel itself: a call
