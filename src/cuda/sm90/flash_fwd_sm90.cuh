@@ -159,8 +159,9 @@ __device__ __forceinline__ void max_tree(float (&v)[N]) {
 // kTracePeriod (scripts/gpu/trace_fwd.sh runs 2 warm-up and 3 timed launches per shape, so
 // each shape's second timed launch is traced, causal and not): at eight points of every key
 // block (block 0 too) of its tile kTraceBlockTile (a warm tile boundary), and at nine points
-// of each of its first kTraceTiles tiles (loop top, tile index read, Q ready, last P V done, epilogue done; inside
-// the staged epilogue: 1 / l done, buffer free, buffer written, TMA stores issued).
+// of each of its first kTraceTiles tiles (loop top, tile index read, Q ready, last P V done,
+// epilogue done; inside the staged epilogue: 1 / l done, buffer free, buffer written, TMA
+// stores issued).
 // print_fwd_trace_kernel (launched after each forward) prints them (docs/perf/gpu.md, sessions
 // 15 and 16; scripts/gpu/trace_summary.py reads them). No printf in the kernel itself: a call
 // inside it makes ptxas serialise the wgmmas.
@@ -431,12 +432,14 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     if (ping_pong) named_barrier_arrive(kTurnBarrier + (consumer + 1) % kConsumerGroups, 256);
   };
   if (consumer == kConsumerGroups - 1) pass_turn();  // warpgroup 0 goes first
-  // A tile's first S and its last P V take a turn only where the launch says so: without one, a
-  // warpgroup's tile end (last P V, epilogue, next tile's index and Q) does not hold back the
-  // other warpgroup, which otherwise waits at its own last P V for this warpgroup's next S.
-  // Both warpgroups of a tile take the same number of turns: turns(n) for n key blocks.
+  // A tile's first S and its last P V take a turn unless the launch says otherwise (switches
+  // for measurements; without those turns a warpgroup's tile end cannot hold back the other
+  // warpgroup's, which session 29 measured level). Both warpgroups of a tile take the same
+  // number of turns: turns(n) for n key blocks.
   const bool first_turn = params.first_turn, finish_turn = params.finish_turn;
-  auto turns = [&](int n) { return n > 0 ? n - 1 + (first_turn ? 1 : 0) + (finish_turn ? 1 : 0) : 0; };
+  auto turns = [&](int n) {
+    return n > 0 ? n - 1 + (first_turn ? 1 : 0) + (finish_turn ? 1 : 0) : 0;
+  };
 
   float acc_o[kDTiles][4];
   // At D > 128 Q's descriptors are one base plus a constant per k-step, added by an opaque
