@@ -168,13 +168,16 @@ if has_stage sanitize; then
   stage_mark sanitize
   start=$(date +%s)
   : >"$OUT/sanitizer.log"
-  # SANITIZE_RUNS: tool:DISABLE_SM90 pairs (e.g. "racecheck:0" for an sm90-only change).
+  # SANITIZE_RUNS: tool:DISABLE_SM90 pairs (e.g. "racecheck:0" for an sm90-only change), each
+  # optionally with a setting: tool:DISABLE_SM90:VAR=value (e.g. racecheck:0:TILEATTN_SM90_STORE_WARPS=0).
   for run in ${SANITIZE_RUNS:-memcheck:0 racecheck:0 synccheck:0 memcheck:1 racecheck:1}; do
-    tool=${run%:*} sm80_only=${run#*:}
-    TILEATTN_CUDA_DISABLE_SM90=$sm80_only timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 \
+    IFS=: read -r tool sm80_only setting <<<"$run"
+    echo "== $run" >>"$OUT/sanitizer.log"
+    env ${setting:+"$setting"} TILEATTN_CUDA_DISABLE_SM90="$sm80_only" timeout 300 \
+      compute-sanitizer --tool "$tool" --error-exitcode 99 \
       "$BUILD/tests/cuda/tileattn_cuda_tests" --gtest_filter='*Small*' >>"$OUT/sanitizer.log" 2>&1
     rc=$?
-    note "-- compute-sanitizer $tool (DISABLE_SM90=$sm80_only): rc $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -1)"
+    note "-- compute-sanitizer $tool (DISABLE_SM90=$sm80_only${setting:+ $setting}): rc $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -1)"
     [[ $rc != 0 ]] && status=1
   done
   note "   ($(($(date +%s) - start)) s)"

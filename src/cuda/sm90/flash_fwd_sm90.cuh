@@ -240,8 +240,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   const FlashFwdParams& p = params.base;
 
   extern __shared__ unsigned char smem_raw[];
-  T* const q_tiles = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
-                                          ~static_cast<std::uintptr_t>(1023));  // q_stages x (block_m, D)
+  // The 1024-byte-aligned base as an offset from smem_raw, so that the compiler keeps knowing
+  // it is shared memory (shared loads and stores instead of generic ones).
+  T* const q_tiles = reinterpret_cast<T*>(
+      smem_raw + ((1024u - (smem_address(smem_raw) & 1023u)) & 1023u));  // q_stages x (block_m, D)
   T* const k_tiles = q_tiles + kQStages * kBlockM * kDim;  // stages x (block_n, D)
   T* const v_tiles = k_tiles + kStages * kBlockN * kDim;  // stages x (block_n, D)
   T* const o_stage = v_tiles + kStages * kBlockN * kDim;  // (block_m, o_stage_cols)
