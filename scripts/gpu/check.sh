@@ -19,7 +19,7 @@
 # Environment: OUT (results folder; default build-gpu/out), JOBS (default nproc), CTEST_REGEX
 # (unset: the GPU test binary only; "." adds every CTest suite), BENCH_DIMS, BENCH_LENGTHS,
 # TEST_FILTER, TEST_PASSES ("0 1": the sm90 dispatch, then sm80 only), BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper), BENCH_VARIANTS (see below),
-# BENCH_COOLDOWN_MS, BENCH_SUSTAIN_MS, BENCH_BWD_DIMS, BENCH_BWD_LENGTHS, SANITIZE_RUNS (stage sanitize), AB_PATCH / AB_ENV / AB_ROUNDS / AB_BACKWARD / AB_SM80 (stage ab). Writes few files under $OUT (the device tool's limit):
+# BENCH_COOLDOWN_MS, BENCH_SUSTAIN_MS, BENCH_BWD_DIMS, BENCH_BWD_LENGTHS, SANITIZE_RUNS / SANITIZE_ARGS / SANITIZE_FILTER (stage sanitize), AB_PATCH / AB_ENV / AB_ROUNDS / AB_BACKWARD / AB_SM80 (stage ab). Writes few files under $OUT (the device tool's limit):
 # summary.txt, test.log, sanitizer.log, sass.txt, bench_tileattn.json, bench_tileattn_sm80.json,
 # bench_torch.json, bench.json, bench_bwd.json (build.log only when the build fails).
 set -uo pipefail
@@ -173,9 +173,13 @@ if has_stage sanitize; then
   for run in ${SANITIZE_RUNS:-memcheck:0 racecheck:0 synccheck:0 memcheck:1 racecheck:1}; do
     IFS=: read -r tool sm80_only setting <<<"$run"
     echo "== $run" >>"$OUT/sanitizer.log"
+    # SANITIZE_ARGS: more compute-sanitizer options (e.g. "--racecheck-report all");
+    # SANITIZE_FILTER: the tests (default *Small*).
+    # shellcheck disable=SC2086
     env ${setting:+"$setting"} TILEATTN_CUDA_DISABLE_SM90="$sm80_only" timeout 300 \
-      compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      "$BUILD/tests/cuda/tileattn_cuda_tests" --gtest_filter='*Small*' >>"$OUT/sanitizer.log" 2>&1
+      compute-sanitizer --tool "$tool" --error-exitcode 99 ${SANITIZE_ARGS:-} \
+      "$BUILD/tests/cuda/tileattn_cuda_tests" --gtest_filter="${SANITIZE_FILTER:-*Small*}" \
+      >>"$OUT/sanitizer.log" 2>&1
     rc=$?
     note "-- compute-sanitizer $tool (DISABLE_SM90=$sm80_only${setting:+ $setting}): rc $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -1)"
     [[ $rc != 0 ]] && status=1
