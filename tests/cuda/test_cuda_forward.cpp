@@ -156,6 +156,15 @@ std::vector<Case> all_cases() {
   add("key_ramp_causal_d128", [](Case& c) {
     c.Lq = c.Lk = 700, c.D = 128, c.scale = 1.0f, c.key_ramp = 40, c.causal = true;
   });
+  // D 64 skips the second half of a masked block for warps that see none of its keys (the
+  // causal diagonal's upper rows; a window's right edge): with the maxima in the diagonal block
+  // (the ramp), and with a two-sided window off the diagonal.
+  add("key_ramp_causal_d64", [](Case& c) {
+    c.Lq = c.Lk = 700, c.D = 64, c.scale = 1.0f, c.key_ramp = 40, c.causal = true;
+  });
+  add("window_both_d64", [](Case& c) {
+    c.Lq = 200, c.Lk = 450, c.window_left = 20, c.window_right = 37, c.D = 64;
+  });
   add("key_ramp_d256", [](Case& c) {
     c.Lq = 140, c.Lk = 500, c.D = 256, c.scale = 0.5f, c.key_ramp = 40;
   });

@@ -62,6 +62,10 @@ struct Sm90TileConfig {
   // The epilogue's row values (1 / l, the logsumexp) and its first wait for the staging buffer
   // are done while the tile's last P V runs instead of after it.
   bool early_epilogue_rows = false;
+  // In a masked key block (causal diagonal, window or length edge) where no row of a warp sees
+  // a key of the block's second half, that warp skips the half's masks, maxima and
+  // exponentials (fast kernels; a second softmax in the key loop's code).
+  bool half_masked_blocks = false;
   constexpr int threads() const { return (consumer_warp_groups + 1) * 128; }
   constexpr int q_tile_bytes() const { return block_m * head_dim * 2; }
   constexpr int kv_tile_bytes() const { return block_n * head_dim * 2; }
@@ -90,11 +94,13 @@ constexpr Sm90TileConfig sm90_tile_config(int bucket) {
     // +2..+10%, D 128 +2..+6%. D 256 speculates with block_n 64 (at 80 ptxas spilled 48 bytes
     // and 1k lost 4-8%); session 17 A/B against block_n 80 without it: +0.2..3.3%.
     // early_epilogue_rows (session 18 A/B): D 64 +0.5..1.1%, D 128 +0.2..1.2%, D 256 -1.1..0%.
-    case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 16, true, true};  // 178 KB shared memory
+    // half_masked_blocks (session 31 A/B): D 64 causal +0.7% (1k) .. +2.3% (4k), non-causal
+    // +0.3..0.4%; D 128 -0.3..-1.9% (causal and not: the larger loop code), so D 64 only.
+    case 64: return {64, 128, 128, 2, 4, 24, 240, 2, 16, true, true, true};  // 178 KB shared memory
     // D 128: 194 KB (a second Q buffer: 226 KB, -8..15%).
     case 128: return {128, 128, 128, 2, 2, 24, 240, 1, 0, true, true};
     case 256: return {256, 128, 64, 2, 2, 24, 240, 1, 0, true, false};  // 226 KB
-    default: return {0, 0, 0, 0, 0, 0, 0, 0, 0, false};
+    default: return {0, 0, 0, 0, 0, 0, 0, 0, 0, false, false, false};
   }
 }
 

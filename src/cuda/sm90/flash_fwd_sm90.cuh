@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #ifdef TILEATTN_FWD_TRACE
 #include <cstdio>
 #endif
@@ -213,6 +214,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   constexpr int kQStages = cfg.q_stages;
   static_assert(kQStages == 1 || kQStages == 2);
   constexpr int kNTiles = kBlockN / 8, kDTiles = kDim / 8, kColBlocks = kDim / 64;
+  constexpr int kHalfTiles = kNTiles / 2;  // n8 tiles in half a key block (see softmax)
+  constexpr bool kHalfMasked = cfg.half_masked_blocks && !kGeneral;
+  // Every kPolyEvery-th n8 tile's exponentials by polynomial instead of the MUFU (exp2_poly).
+  constexpr int kPolyEvery = cfg.exp_poly_every > 0 ? cfg.exp_poly_every : kNTiles + 1;
   static_assert(kBlockM == 64 * cfg.consumer_warp_groups && kDim % 64 == 0 && kBlockN % 16 == 0);
   static_assert(kConsumerWarps == kSm90ConsumerWarps);
   // The kernels where ptxas spills re-read the epilogue's coordinates (see the epilogue), and
@@ -568,20 +573,25 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
     }
 
-    // The exponentials of row hh (0: row0, 1: row0 + 8) against `base`: in place of the scores,
+    // The exponentials of row hh (0: row0, 1: row0 + 8) against `base` for the block's first
+    // `active` n8 tiles (the others' probabilities are 0, see softmax): in place of the scores,
     // or (speculating kernels) packed into pa as P, the wgmma operand (to_operand's layout), so
     // that the scores stay. Returns this thread's sum of them.
-    auto exp_row = [&](float (&s)[kNTiles][4], POperand& pa, int hh, float scale, float base) {
+    // (Generic lambdas here take their arrays as auto&: a parameter type built from the
+    // kernel's constexpr locals made nvcc 13.0's front end crash.)
+    auto exp_row = [&](auto active, auto& s, auto& pa, int hh, float scale, float base) {
+      constexpr int kActive = decltype(active)::value;
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
-        float y[2];
+        float y[2] = {0.0f, 0.0f};
+        if (nt < kActive) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float x = fmaf(s[nt][2 * hh + e], scale, -base);
-          constexpr int kEvery = cfg.exp_poly_every > 0 ? cfg.exp_poly_every : kNTiles + 1;
-          y[e] = nt % kEvery == kEvery - 1 ? exp2_poly(x) : exp2_approx(x);
-          sum += y[e];
+          for (int e = 0; e < 2; ++e) {
+            const float x = fmaf(s[nt][2 * hh + e], scale, -base);
+            y[e] = nt % kPolyEvery == kPolyEvery - 1 ? exp2_poly(x) : exp2_approx(x);
+            sum += y[e];
+          }
         }
         if constexpr (kSpeculate) {
           pa[nt / 2][(nt % 2) * 2 + hh] = MmaType<T>::pack(y[0], y[1]);
@@ -593,41 +603,16 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       return sum;
     };
 
-    // Scores s of block n_block -> probabilities (see exp_row) with the online softmax;
-    // returns the factors the running output must be rescaled by.
-    auto softmax = [&](float (&s)[kNTiles][4], POperand& pa, int n_block, float (&rescale)[2]) {
-      const int n0 = n_block * kBlockN;
-      if constexpr (kGeneral) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float& x = s[nt][2 * hh + e];
-              x = general_score_log2(p, general_rows[hh], n0 + nt * 8 + 2 * t + e, x);
-            }
-      } else if (n0 < w.first_bottom || n0 + kBlockN > w.last_top) {  // a window / length edge
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          int first, last;
-          tile.visible(row0 + 8 * hh, first, last);
-          first -= n0 + 2 * t;
-          last -= n0 + 2 * t;
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int j = nt * 8 + e;
-              if (j < first || j >= last) s[nt][2 * hh + e] = -INFINITY;
-            }
-        }
-      }
+    // The online softmax of a block's scores (masked already) over its first `active` n8 tiles:
+    // s -> probabilities (see exp_row); returns the factors the running output must be
+    // rescaled by.
+    auto softmax_tiles = [&](auto active, auto& s, auto& pa, int n0, auto& rescale) {
+      constexpr int kActive = decltype(active)::value;
       // Fast path: max on raw scores (scale > 0), p = 2^(x scale log2 e - max): one FFMA and
       // one MUFU per score. General path: scores are already base-2 logits.
       const float scale = kGeneral ? 1.0f : p.scale_log2;
       float threshold = params.rescale_threshold;
-      if constexpr (kSpeculate) {
+      if constexpr (kSpeculate && kActive == kNTiles) {  // (half blocks: eager, less code)
         // Speculation (fast kernels, lazy rescaling): the exponentials against the running max
         // without the block's max. They are kept when every one is at most 2^threshold, which
         // a thread's sum over its elements bounds; otherwise (rare after a row's first block)
@@ -636,7 +621,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
             __all_sync(0xffffffffu, row_max[0] != -INFINITY && row_max[1] != -INFINITY)) {
           float sums[2];
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) sums[hh] = exp_row(s, pa, hh, scale, row_max[hh]);
+          for (int hh = 0; hh < 2; ++hh) sums[hh] = exp_row(active, s, pa, hh, scale, row_max[hh]);
           if (__all_sync(0xffffffffu, sums[0] <= speculation_limit &&
                                           sums[1] <= speculation_limit)) {
 #pragma unroll
@@ -654,12 +639,12 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         // The row's maximum: in the fast kernels as a tree (depth log2 of the row's elements
         // instead of one chain of dependent FMNMX: the max is on the softmax's critical path);
         // in the general kernels a chain (the tree raised their spills at D 128 and 256).
-        float tree[kNTiles];
+        float tree[kActive];
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) tree[nt] = fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]);
+        for (int nt = 0; nt < kActive; ++nt) tree[nt] = fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]);
         if constexpr (kGeneral) {
 #pragma unroll
-          for (int nt = 1; nt < kNTiles; ++nt) tree[0] = fmaxf(tree[0], tree[nt]);
+          for (int nt = 1; nt < kActive; ++nt) tree[0] = fmaxf(tree[0], tree[nt]);
         } else {
           max_tree(tree);
         }
@@ -674,7 +659,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         const float base = new_max == -INFINITY ? 0.0f : new_max;  // all masked so far
         rescale[hh] = new_max == row_max[hh] ? 1.0f : exp2_approx(row_max[hh] - base);
         row_max[hh] = new_max;
-        row_sum[hh] = row_sum[hh] * rescale[hh] + exp_row(s, pa, hh, scale, base);
+        row_sum[hh] = row_sum[hh] * rescale[hh] + exp_row(active, s, pa, hh, scale, base);
         if constexpr (kGeneral) {
           if (p.dropout_threshold != 0) {
 #pragma unroll
@@ -683,6 +668,76 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
                                  s[nt][2 * hh + 1]);
           }
         }
+      }
+    };
+
+    // Scores s of block n_block -> probabilities with the online softmax (softmax_tiles).
+    // Where the block is masked (a causal diagonal, a window or length edge) and no row of the
+    // warp sees a key in its second half (the diagonal's upper rows), that half's probabilities
+    // are 0 without their masks, maxima or exponentials.
+    auto softmax = [&](float (&s)[kNTiles][4], POperand& pa, int n_block, float (&rescale)[2]) {
+      const int n0 = n_block * kBlockN;
+      bool right_empty = false;  // no row of the warp sees a key in the block's second half
+      if constexpr (kGeneral) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float& x = s[nt][2 * hh + e];
+              x = general_score_log2(p, general_rows[hh], n0 + nt * 8 + 2 * t + e, x);
+            }
+      } else if (n0 < w.first_bottom || n0 + kBlockN > w.last_top) {  // a window / length edge
+        if constexpr (kHalfMasked) {
+          int first[2], last[2];  // each row's visible keys, relative to this thread's column
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            tile.visible(row0 + 8 * hh, first[hh], last[hh]);
+            first[hh] -= n0 + 2 * t;
+            last[hh] -= n0 + 2 * t;
+          }
+          right_empty = __all_sync(0xffffffffu, max(last[0], last[1]) <= kBlockN / 2 - 2 * t);
+          auto mask = [&](int nt) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int j = nt * 8 + e;
+                if (j < first[hh] || j >= last[hh]) s[nt][2 * hh + e] = -INFINITY;
+              }
+          };
+#pragma unroll
+          for (int nt = 0; nt < kHalfTiles; ++nt) mask(nt);
+          if (!right_empty) {
+#pragma unroll
+            for (int nt = kHalfTiles; nt < kNTiles; ++nt) mask(nt);
+          }
+        } else {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            int first, last;
+            tile.visible(row0 + 8 * hh, first, last);
+            first -= n0 + 2 * t;
+            last -= n0 + 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int j = nt * 8 + e;
+                if (j < first || j >= last) s[nt][2 * hh + e] = -INFINITY;
+              }
+          }
+        }
+      }
+      constexpr std::integral_constant<int, kNTiles> kAll{};
+      if constexpr (kHalfMasked) {
+        if (right_empty)
+          softmax_tiles(std::integral_constant<int, kHalfTiles>{}, s, pa, n0, rescale);
+        else
+          softmax_tiles(kAll, s, pa, n0, rescale);
+      } else {
+        softmax_tiles(kAll, s, pa, n0, rescale);
       }
     };
 
