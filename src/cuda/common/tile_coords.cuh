@@ -3,6 +3,7 @@
 // the same definition as visible_keys() in src/api/params.hpp.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace tileattn::cuda {
@@ -58,6 +59,20 @@ template <int kBlockM, typename Params>
 __device__ TileCoords tile_coords(const Params& p) {
   return tile_coords_at<kBlockM>(p, p.num_m_blocks - 1 - static_cast<int>(blockIdx.x % p.num_m_blocks),
                                  static_cast<int>(blockIdx.x / p.num_m_blocks));
+}
+
+// Masks one row of a thread's score fragments (n8 tiles [kBegin, kEnd) of an m16n8 accumulator
+// layout, row hh: elements 2 hh and 2 hh + 1) outside the visible columns [first, last), given
+// relative to the thread's first column in the block (2 t): those scores become -inf.
+template <int kBegin, int kEnd, int N>
+__device__ __forceinline__ void mask_row_outside(float (&s)[N][4], int hh, int first, int last) {
+#pragma unroll
+  for (int nt = kBegin; nt < kEnd; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int j = nt * 8 + e;
+      if (j < first || j >= last) s[nt][2 * hh + e] = -INFINITY;
+    }
 }
 
 }  // namespace tileattn::cuda

@@ -186,13 +186,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
             visible(m0 + warp_row0 + mt * 16 + g + 8 * hh, first, last);
             first -= n0 + 2 * t;  // compare against the column offset within this lane's tile
             last -= n0 + 2 * t;
-#pragma unroll
-            for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int j = nt * 8 + e;
-                if (j < first || j >= last) s[mt][nt][2 * hh + e] = -INFINITY;
-              }
+            mask_row_outside<0, kNTiles>(s[mt], hh, first, last);
           }
       }
     }
