@@ -19,7 +19,7 @@
 # Environment: OUT (results folder; default build-gpu/out), JOBS (default nproc), CTEST_REGEX
 # (unset: the GPU test binary only; "." adds every CTest suite), BENCH_DIMS, BENCH_LENGTHS,
 # TEST_FILTER, TEST_PASSES ("0 1": the sm90 dispatch, then sm80 only), BENCH_ITERS, BENCH_SM80=1 (also time the sm80 kernel on Hopper), BENCH_VARIANTS (see below),
-# BENCH_COOLDOWN_MS, BENCH_SUSTAIN_MS, BENCH_BWD_DIMS, BENCH_BWD_LENGTHS, SANITIZE_RUNS / SANITIZE_ARGS / SANITIZE_FILTER (stage sanitize), AB_PATCH / AB_ENV / AB_ROUNDS / AB_BACKWARD / AB_SM80 (stage ab). Writes few files under $OUT (the device tool's limit):
+# BENCH_COOLDOWN_MS, BENCH_SUSTAIN_MS, BENCH_BWD_DIMS, BENCH_BWD_LENGTHS, SANITIZE_RUNS / SANITIZE_ARGS / SANITIZE_FILTER (stage sanitize), AB_PATCH / AB_ENV / AB_ROUNDS / AB_DIMS / AB_LENGTHS (default: the BENCH_ ones) / AB_BACKWARD / AB_SM80 (stage ab). Writes few files under $OUT (the device tool's limit):
 # summary.txt, test.log, sanitizer.log, sass.txt, bench_tileattn.json, bench_tileattn_sm80.json,
 # bench_torch.json, bench.json, bench_bwd.json (build.log only when the build fails).
 set -uo pipefail
@@ -345,7 +345,7 @@ if has_stage ab; then
     fi
   done
   if [[ $ab_ok == 1 ]]; then
-    dims=${BENCH_DIMS:-64,128,256} lengths=${BENCH_LENGTHS:-1024,2048,4096,8192,16384}
+    dims=${AB_DIMS:-${BENCH_DIMS:-64,128,256}} lengths=${AB_LENGTHS:-${BENCH_LENGTHS:-1024,2048,4096,8192,16384}}
     iters=${BENCH_ITERS:-20} ab_files=()
     # AB_SM80=1: every side is also run with the sm80 kernels forced (columns *_sm80_<round>).
     dispatches=("") && [[ ${AB_SM80:-0} == 1 ]] && dispatches+=(sm80)
