@@ -96,6 +96,12 @@ Problem::Problem(const Case& cs, DType dt, Rng& rng)
       k.set(n, k.get(n) * (1.0f + c.key_ramp * static_cast<float>(j) / static_cast<float>(c.Lk)));
     }
   }
+  if (c.query_ramp != 0.0f) {
+    for (std::int64_t n = 0; n < q.numel(); ++n) {
+      const std::int64_t i = n / (c.Hq * c.D) % c.Lq;  // logical [B, Lq, Hq, D]
+      q.set(n, q.get(n) * (1.0f + c.query_ramp * static_cast<float>(i) / static_cast<float>(c.Lq)));
+    }
+  }
   v.fill_normal(rng);
   mask = make_mask(c, rng);
   if (c.key_lengths != KeyLengths::none) {

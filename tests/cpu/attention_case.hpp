@@ -46,6 +46,10 @@ struct Case {
   // Key j scaled by 1 + key_ramp * j / Lk: scores grow along the keys, so a row's running
   // maximum keeps jumping from one key block to the next.
   float key_ramp = 0.0f;
+  // Query row i scaled by 1 + query_ramp * i / Lq: each query block's scores on another scale,
+  // so a kernel that carries anything from one tile's rows to the next (the sm90 forward's
+  // guessed running max) meets guesses far too high and far too low.
+  float query_ramp = 0.0f;
   int threads = 2;
   bool large = false;  // lengths shrink with TILEATTN_TEST_SCALE
 };

@@ -264,6 +264,31 @@ TEST(CudaForwardApi, Small_TwoCtasManyTiles) {
   }
 }
 
+// Many tiles per CTA with each query block's scores on another scale (query_ramp): the sm90
+// forward's first block per tile starts from the previous tile's running max, here far too
+// high (the next query block down) or far too low (the next head's first block), and must
+// fall back to the block's own max. bf16 and f16 (their different floors for a guess).
+TEST(CudaForwardApi, Small_TwoCtasQueryRamp) {
+  TILEATTN_REQUIRE_CUDA();
+  TILEATTN_TRACE_SEED();
+  struct CtaCap {
+    CtaCap() { setenv("TILEATTN_SM90_CTAS", "2", 1); }
+    ~CtaCap() { unsetenv("TILEATTN_SM90_CTAS"); }
+  } cap;
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (const int dim : {64, 128, 256}) {
+      for (const bool causal : {false, true}) {
+        Case c;
+        c.name = "two_ctas_query_ramp_d" + std::to_string(dim) + (causal ? "_causal" : "");
+        c.B = 2, c.Hq = 3, c.Hkv = 1, c.Lq = 520, c.Lk = 390, c.D = dim, c.causal = causal;
+        c.query_ramp = 40.0f;  // logits' spread up to ~40x the default scale's
+        const CaseResult result = run_cuda_case(c, dtype);
+        EXPECT_LE(result.kernel.rel_l2, dtype == DType::f16 ? 5e-4 : 4e-3) << result.kernel.str();
+      }
+    }
+  }
+}
+
 TEST(CudaForwardApi, HostTensorsAreRejected) {
   TILEATTN_REQUIRE_CUDA();
   Rng rng = make_rng();
