@@ -527,8 +527,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   // checked as later blocks are: every probability at most 2^threshold; and, since it may also
   // be too high, each row's sum at least kGuessFloor (bf16: its largest probability >= 2^-67,
   // so nothing that the exponentials flush to 0 could weigh in f32; f16, with its 5-bit
-  // exponent: >= 2^-13, keeping P normal about as far down as the exact max does). A failed
-  // guess redoes the block eagerly.
+  // exponent: >= 2^-13, so no P, subnormal or not, rounds by more than the largest one's own
+  // rounding). A failed guess redoes the block eagerly.
   constexpr float kGuessFloor = std::is_same_v<T, __nv_bfloat16> ? 0x1p-60f : 0x1p-6f;
   float max_guess[2] = {-INFINITY, -INFINITY};
   int kv_it = 0;
