@@ -243,16 +243,19 @@ TEST(CudaForwardApi, Small_RunsOnAStream) {
   TILEATTN_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-// Two persistent CTAs for every tile of a launch (TILEATTN_SM90_CTAS; the sm80 kernels ignore
-// it): each CTA runs many tiles in a row, with tiles of no key block (key length 0) in between,
-// small enough for the sanitizers.
+// Two persistent CTAs for every tile of a launch while in scope (TILEATTN_SM90_CTAS; the sm80
+// kernels ignore it), so that each CTA runs many tiles in a row.
+struct TwoCtas {
+  TwoCtas() { setenv("TILEATTN_SM90_CTAS", "2", 1); }
+  ~TwoCtas() { unsetenv("TILEATTN_SM90_CTAS"); }
+};
+
+// Many tiles per CTA, with tiles of no key block (key length 0) in between, small enough for
+// the sanitizers.
 TEST(CudaForwardApi, Small_TwoCtasManyTiles) {
   TILEATTN_REQUIRE_CUDA();
   TILEATTN_TRACE_SEED();
-  struct CtaCap {
-    CtaCap() { setenv("TILEATTN_SM90_CTAS", "2", 1); }
-    ~CtaCap() { unsetenv("TILEATTN_SM90_CTAS"); }
-  } cap;
+  const TwoCtas two_ctas;
   for (const int dim : {64, 128, 256}) {
     for (const bool causal : {false, true}) {
       Case c;
@@ -271,10 +274,7 @@ TEST(CudaForwardApi, Small_TwoCtasManyTiles) {
 TEST(CudaForwardApi, Small_TwoCtasQueryRamp) {
   TILEATTN_REQUIRE_CUDA();
   TILEATTN_TRACE_SEED();
-  struct CtaCap {
-    CtaCap() { setenv("TILEATTN_SM90_CTAS", "2", 1); }
-    ~CtaCap() { unsetenv("TILEATTN_SM90_CTAS"); }
-  } cap;
+  const TwoCtas two_ctas;
   for (const DType dtype : {DType::bf16, DType::f16}) {
     for (const int dim : {64, 128, 256}) {
       for (const bool causal : {false, true}) {
