@@ -3,7 +3,7 @@
 one section per traced launch (each named by the benchmark row printed after it).
 
 Key blocks: the median clocks of each phase over blocks 3 and later of both warpgroups' traced
-tile, and the period (loop top to the next loop top). Tiles: per tile of each warpgroup, the
+tile, and the period (loop top to the next loop top); then every block of that tile. Tiles: per tile of each warpgroup, the
 clocks from the loop top to the tile index, to Q ready, through the key blocks, through the
 epilogue, and to the next tile's loop top; and the medians of those over the tiles.
 
@@ -65,6 +65,15 @@ def summarise(lines):
         print("key blocks (medians, clocks):")
         for name, values in phases.items():
             print(f"  {name:14s} {statistics.median(values):8.0f}  (n {len(values)})")
+        # Every block of the traced tile (under a causal mask its last block is the diagonal):
+        # its start against warpgroup 0's block 0, then each phase.
+        origin = blocks.get((0, 0), next(iter(blocks.values())))[0]
+        print("key blocks of the traced tile (clocks; start from warpgroup 0's block 0):")
+        print("  wg block  start " + " ".join(f"{p:>12s}" for p in BLOCK_POINTS[1:]))
+        for (wg, b) in sorted(blocks):
+            t = blocks[(wg, b)]
+            cells = " ".join(f"{t[k] - t[k - 1]:12d}" for k in range(1, len(BLOCK_POINTS)))
+            print(f"  {wg:2d} {b:5d} {t[0] - origin:6d} {cells}")
 
     if tiles:
         medians = defaultdict(list)

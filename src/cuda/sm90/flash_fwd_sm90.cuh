@@ -159,8 +159,9 @@ __device__ __forceinline__ void max_tree(float (&v)[N]) {
 // in CTA 0 stores clock64() to global memory in the launches numbered kTraceLaunch modulo
 // kTracePeriod (scripts/gpu/trace_fwd.sh runs 2 warm-up and 3 timed launches per shape, so
 // each shape's second timed launch is traced, causal and not): at eight points of every key
-// block (block 0 too) of its tile kTraceBlockTile (a warm tile boundary), and at nine points
-// of each of its first kTraceTiles tiles (loop top, tile index read, Q ready, last P V done,
+// block (block 0 too) of one tile (the first from kTraceBlockTile on with at least
+// kTraceMinBlocks key blocks: a warm tile boundary), and at nine points of each of its first
+// kTraceTiles tiles (loop top, tile index read, Q ready, last P V done,
 // epilogue done; inside the staged epilogue: 1 / l done, buffer free, buffer written, TMA
 // stores issued).
 // print_fwd_trace_kernel (launched after each forward) prints them (docs/perf/gpu.md, sessions
@@ -168,6 +169,7 @@ __device__ __forceinline__ void max_tree(float (&v)[N]) {
 // inside it makes ptxas serialise the wgmmas.
 inline constexpr int kTraceIters = 24, kTracePoints = 8, kTraceLaunch = 3, kTracePeriod = 5;
 inline constexpr int kTraceTiles = 16, kTileTracePoints = 9, kTraceBlockTile = 4;
+inline constexpr int kTraceMinBlocks = 4;  // the block-traced tile's least key blocks
 static __device__ unsigned g_trace_launches[4];  // per consumer warpgroup
 static __device__ long long g_trace[4][kTraceIters][kTracePoints];
 static __device__ int g_trace_blocks[4];
@@ -518,7 +520,9 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     tracing_tiles = launch % kTracePeriod == kTraceLaunch;
     if (tracing_tiles) g_trace_launch = launch;
   }
-  bool tracing = false;  // the key blocks of tile kTraceBlockTile (a warm tile boundary)
+  // The key blocks of the first tile from kTraceBlockTile on with at least kTraceMinBlocks of
+  // them (a warm tile boundary; under a causal mask not one of the short tiles).
+  bool tracing = false, block_traced = false;
 #endif
   const float speculation_limit = exp2f(params.rescale_threshold);  // see softmax
   // Speculating kernels start a tile's first block from a guessed running max, the thread's
@@ -533,14 +537,16 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   float max_guess[2] = {-INFINITY, -INFINITY};
   int kv_it = 0;
   for (int q_pass = 0;; ++q_pass) {
-#ifdef TILEATTN_FWD_TRACE
-    tracing = tracing_tiles && q_pass == kTraceBlockTile;
-#endif
     TILEATTN_TRACE_TILE(q_pass, 0);
     named_barrier_sync(kTileFullBarrier + consumer, kTileFullThreads);
     const int tile_index = bars.tile[q_pass & 1];
     if (tile_index < 0) break;
     const TileWork w = bars.work[q_pass & 1];
+#ifdef TILEATTN_FWD_TRACE
+    tracing = tracing_tiles && !block_traced && q_pass >= kTraceBlockTile &&
+              w.n_blocks >= kTraceMinBlocks;
+    block_traced = block_traced || tracing;
+#endif
     TILEATTN_TRACE_TILE(q_pass, 1);
     named_barrier_arrive(kTileEmptyBarrier, kTileEmptyThreads);
     const int q_slot = q_pass % kQStages;
