@@ -78,6 +78,14 @@ __global__ void __launch_bounds__(256, 1) probe(float* sink, long long* stamps) 
     for (int i = 0; i < kStamps; ++i) t[i] = 0;
     int n = 0;
     auto stamp = [&] { t[n++] = clock64(); };
+    auto wait_s_then_pv = [&] {  // main's order: S done (the older group), then P V
+      wgmma_wait<1>();
+      fence_operand(s);
+      stamp();
+      wgmma_wait<0>();
+      fence_operand(acc_o);
+      stamp();
+    };
     fence_operand(acc_o);
     fence_operand(s);
     stamp();
@@ -89,12 +97,7 @@ __global__ void __launch_bounds__(256, 1) probe(float* sink, long long* stamps) 
       issue_pv();
       wgmma_commit();
       stamp();
-      wgmma_wait<1>();
-      fence_operand(s);
-      stamp();
-      wgmma_wait<0>();
-      fence_operand(acc_o);
-      stamp();
+      wait_s_then_pv();
     } else if constexpr (kVariant == 1) {
       issue_s();
       wgmma_commit();
@@ -162,12 +165,7 @@ __global__ void __launch_bounds__(256, 1) probe(float* sink, long long* stamps) 
         stamp();
       }
       wgmma_commit();
-      wgmma_wait<1>();
-      fence_operand(s);
-      stamp();
-      wgmma_wait<0>();
-      fence_operand(acc_o);
-      stamp();
+      wait_s_then_pv();
     }
     if (stamping) {
 #pragma unroll
