@@ -3,9 +3,10 @@
 one section per traced launch (each named by the benchmark row printed after it).
 
 Key blocks: the median clocks of each phase over blocks 3 and later of both warpgroups' traced
-tile, and the period (loop top to the next loop top); then every block of that tile. Tiles: per tile of each warpgroup, the
-clocks from the loop top to the tile index, to Q ready, through the key blocks, through the
-epilogue, and to the next tile's loop top; and the medians of those over the tiles.
+tile, and the period (loop top to the next loop top); then every block of that tile. Tiles: per
+tile of each warpgroup, the clocks from the loop top to the tile index, to Q ready, through the
+key blocks, through the epilogue, and to the next tile's loop top; and the medians of those over
+the tiles.
 
     python3 scripts/gpu/trace_summary.py trace_64_1024.txt
 """
