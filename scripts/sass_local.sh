@@ -35,4 +35,30 @@ elf[7], elf[8] = 0x33, 7                      # OS ABI and ABI version of CUDA 1
 struct.pack_into('<I', elf, 0x30, sm | 0x500 | sm << 16)
 open(sys.argv[2], 'wb').write(elf)
 PY
-"$TOOLS/usr/bin/nvdisasm" -c "$copy"
+# nvdisasm 11.8 prints nothing for opcodes it does not know (sm_90's VIADD, 0x836, above all:
+# dozens per kernel, some of them branch targets, whose labels go missing too). The encodings
+# are printed (-hex) and every instruction word pair without text becomes a placeholder line,
+# "UNDECODED.0x836 ;", so that counts, addresses and line distances stay true.
+"$TOOLS/usr/bin/nvdisasm" -c -hex "$copy" | python3 -c '
+import re, sys
+pending = None  # address of the last printed instruction, or None after its control word
+for line in sys.stdin:
+    m = re.match(r"^(\s+/\*([0-9a-f]+)\*/\s+.*?)\s*/\* 0x[0-9a-f]{16} \*/\s*$", line)
+    if m:
+        print(m.group(1))
+        pending, words = int(m.group(2), 16), 1
+        continue
+    m = re.match(r"^\s+/\* (0x[0-9a-f]{16}) \*/\s*$", line)
+    if m and pending is not None:
+        if words == 1:  # the control word of the printed instruction
+            words = 2
+        elif words == 2:  # first word of an instruction that has no text
+            pending += 16
+            op = int(m.group(1), 16) & 0xFFF
+            print("        /*%04x*/                   UNDECODED.%#x ;" % (pending, op))
+            words = 3
+        else:
+            words = 2
+        continue
+    print(line, end="")
+'

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Instruction mix of the sm90 forward's key-block step, from SASS text (scripts/sass_local.sh
+here, cuobjdump -sass on the device), one line per file:
+
+    python3 scripts/sass_step.py main.sass new.sass [--kernel SUBSTRING]
+
+The step is the code from one key block's first S wgmma (the one that zeroes its accumulator,
+"RZ, !UPT") to the next block's, in the first kernel whose name contains SUBSTRING (default: the
+fast bf16 D 64 kernel). Uniform-datapath instructions (U*) are counted together. Why it matters
+(session 35): a change that makes ptxas lose the warp-uniformity of the loop's values moves the
+wgmma descriptor arithmetic from uniform to vector registers (U* down, IMAD / R2UR / VIADD up),
+which costs the D 64 step issue slots; check this before spending device time.
+"""
+import argparse
+import collections
+import re
+
+S_WGMMA = re.compile(r"HGMMA\.64x\d+x16\.F32\.\w+ R\d+, gdesc \[UR\d+\], RZ, !UPT")
+INSTR = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?(\S+)")
+COLUMNS = ["FADD", "FFMA", "MUFU", "FMNMX", "F2FP", "FSEL", "FMUL", "ISETP", "U*", "IMAD",
+           "R2UR", "UNDECODED", "LEA", "SHF", "LOP3", "HGMMA", "BRA"]
+
+
+def kernel_lines(path, kernel):
+    lines, inside = [], False
+    for line in open(path, encoding="utf-8", errors="replace"):
+        if line.startswith("//----") or line.lstrip().startswith(".section"):
+            if inside and line.startswith("//----"):
+                break
+            inside = inside or (kernel in line and ".text" in line)
+            continue
+        if inside:
+            lines.append(line)
+    return lines
+
+
+def opcode(line):
+    m = INSTR.match(line)
+    if not m:
+        return None
+    op = m.group(1).split(".")[0]
+    return "U*" if op.startswith("U") and op != "UNDECODED" else op
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--kernel", default="flash_fwd_sm90_kernelI13__nv_bfloat16Li64ELb0E")
+    args = parser.parse_args()
+    print("file | kernel instr | step instr | " + " | ".join(COLUMNS) + " | other")
+    for path in args.files:
+        lines = kernel_lines(path, args.kernel)
+        if not lines:
+            print(f"{path} | kernel {args.kernel} not found")
+            continue
+        total = sum(1 for line in lines if opcode(line))
+        starts = [i for i, line in enumerate(lines) if S_WGMMA.search(line)]
+        if len(starts) < 3:  # the tile's first block, then the loop's two unrolled steps
+            print(f"{path} | {total} | fewer than three S wgmma groups")
+            continue
+        counts = collections.Counter(op for op in map(opcode, lines[starts[1]:starts[2]]) if op)
+        n = sum(counts.values())
+        other = n - sum(counts[c] for c in COLUMNS)
+        print(f"{path} | {total} | {n} | " + " | ".join(str(counts[c]) for c in COLUMNS) +
+              f" | {other}")
+
+
+if __name__ == "__main__":
+    main()
