@@ -10,6 +10,13 @@ fast bf16 D 64 kernel). Uniform-datapath instructions (U*) are counted together.
 (session 35): a change that makes ptxas lose the warp-uniformity of the loop's values moves the
 wgmma descriptor arithmetic from uniform to vector registers (U* down, IMAD / R2UR / VIADD up),
 which costs the D 64 step issue slots; check this before spending device time.
+
+--hot: also the instructions one warp executes in an interior block whose speculation holds
+(no O rescale, no mask, no redo), found by walking the step from its turn barrier and taking
+the branches such a block takes, recognised by shape: unconditional ones, the two-predicate
+mask skip, a voted "kept" branch (@P0 after a VOTE), the branch into the speculative path
+(@P0, 150-300 lines ahead) and short forward skips (< 40 lines). The rules fit the fast D 64
+kernel's layout as of session 35; check the walk (--hot-print) after large changes.
 """
 import argparse
 import collections
@@ -42,10 +49,47 @@ def opcode(line):
     return "U*" if op.startswith("U") and op != "UNDECODED" else op
 
 
+def hot_path(lines, first_s, second_s):
+    labels = {}
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\.L_x_\d+):", line)
+        if m:
+            labels[m.group(1)] = i
+    head = max((i for i in range(max(0, first_s - 80), first_s) if "BAR.SYNC" in lines[i]),
+               default=first_s)
+    branch = re.compile(r"(@!?U?P\w+)?\s*BRA\S*\s+(?:(!?U?P\w+), )?`\((\.L_x_\d+)\)")
+    path, seen, i = [], set(), head
+    while i < len(lines) and i not in seen and len(path) < 4000:
+        seen.add(i)
+        line = lines[i]
+        if opcode(line):
+            if i > first_s and S_WGMMA.search(line):
+                break
+            path.append(line)
+            m = branch.search(line)
+            target = labels.get(m.group(3)) if m else None
+            if target is not None:
+                pred, second = m.group(1), m.group(2)
+                if pred is None or second is not None:
+                    take = True
+                elif "VOTE" in lines[i - 1]:
+                    take = pred == "@P0"
+                else:
+                    ahead = target - i
+                    take = (pred == "@P0" and 150 < ahead < 300) or 0 < ahead < 40
+                if take:
+                    i = target
+                    continue
+        i += 1
+    return path
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("files", nargs="+")
     parser.add_argument("--kernel", default="flash_fwd_sm90_kernelI13__nv_bfloat16Li64ELb0E")
+    parser.add_argument("--hot", action="store_true", help="also the interior block's hot path")
+    parser.add_argument("--hot-print", action="store_true", help="print the hot path's lines")
     args = parser.parse_args()
     print("file | kernel instr | step instr | " + " | ".join(COLUMNS) + " | other")
     for path in args.files:
@@ -63,6 +107,14 @@ def main():
         other = n - sum(counts[c] for c in COLUMNS)
         print(f"{path} | {total} | {n} | " + " | ".join(str(counts[c]) for c in COLUMNS) +
               f" | {other}")
+        if args.hot or args.hot_print:
+            hot = hot_path(lines, starts[1], starts[2])
+            counts = collections.Counter(op for op in map(opcode, hot) if op)
+            other = len(hot) - sum(counts[c] for c in COLUMNS)
+            print(f"{path} (hot path) | | {len(hot)} | " +
+                  " | ".join(str(counts[c]) for c in COLUMNS) + f" | {other}")
+            if args.hot_print:
+                print("".join(hot), end="")
 
 
 if __name__ == "__main__":
