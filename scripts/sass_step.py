@@ -15,7 +15,8 @@ which costs the D 64 step issue slots; check this before spending device time.
 (no O rescale, no mask, no redo), found by walking the step from its turn barrier and taking
 the branches such a block takes, recognised by shape: unconditional ones, the two-predicate
 mask skip, a voted "kept" branch (@P0 after a VOTE), the branch into the speculative path
-(@P0, 150-300 lines ahead) and short forward skips (< 40 lines). The rules fit the fast D 64
+(@P0, 150-300 lines ahead), the skip of the O rescale (FMULs only) and short forward skips
+(< 40 lines). The rules fit the fast D 64
 kernel's layout as of session 35; check the walk (--hot-print) after large changes.
 """
 import argparse
@@ -76,7 +77,9 @@ def hot_path(lines, first_s, second_s):
                     take = pred == "@P0"
                 else:
                     ahead = target - i
-                    take = (pred == "@P0" and 150 < ahead < 300) or 0 < ahead < 40
+                    skipped = [opcode(x) for x in lines[i + 1:target] if opcode(x)]
+                    rescale = ahead > 0 and skipped.count("FMUL") > 0.9 * len(skipped)
+                    take = (pred == "@P0" and 150 < ahead < 300) or 0 < ahead < 40 or rescale
                 if take:
                     i = target
                     continue
