@@ -30,12 +30,14 @@ COLUMNS = ["FADD", "FFMA", "MUFU", "FMNMX", "F2FP", "FSEL", "FMUL", "ISETP", "U*
 
 
 def kernel_lines(path, kernel):
+    """The kernel's lines: nvdisasm's ("//---- .text.NAME") or cuobjdump's ("Function : NAME")."""
     lines, inside = [], False
     for line in open(path, encoding="utf-8", errors="replace"):
-        if line.startswith("//----") or line.lstrip().startswith(".section"):
-            if inside and line.startswith("//----"):
+        header = line.startswith("//----") or "Function :" in line
+        if header:
+            if inside:
                 break
-            inside = inside or (kernel in line and ".text" in line)
+            inside = kernel in line and (".text" in line or "Function :" in line)
             continue
         if inside:
             lines.append(line)

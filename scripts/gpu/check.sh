@@ -110,6 +110,11 @@ if has_stage build; then
         /HGMMA/ {hg++}
         /LDL|STL/ {n++; if (n <= 6) printf "%s %s: %s  [after %d HGMMA]\n", f, name, $0, hg}' >>"$OUT/sass.txt"
   done
+  # The fast D 64 forward kernel's key-block step: its instruction mix and the path an interior
+  # block executes (scripts/sass_step.py).
+  cuobjdump --dump-sass --gpu-architecture sm_90a \
+    "$BUILD/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_fwd_sm90_hdim64.cu.o" >/tmp/sass_d64.txt 2>/dev/null &&
+    python3 scripts/sass_step.py --hot /tmp/sass_d64.txt 2>&1 | sed 's/^/   /' | tee -a "$SUMMARY"
   # wgmma serialisation warnings (C7513, C7515, C7520: all C75xx) would cost the sm90 kernels
   # their overlap.
   note "   ptxas wgmma serialisation warnings: $(grep -c -E 'C75[0-9][0-9]' /tmp/build.log)"
@@ -326,24 +331,52 @@ if has_stage ab; then
     done
   fi
   # Side k (k = number of patches kept): the tree with the patches after the k-th reverse-applied.
+  # The sides' sources are prepared one by one, then built at the same time (JOBS shared out):
+  # each build's long pole is one kernel translation unit, so in turn they took ~50 s each.
+  side_ks=()
   for ((k = ${#patches[@]} - 1; k >= 0 && ab_ok == 1; k--)); do
     src=/tmp/ab-side-$k
     mkdir -p "$src"
     if tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C "$src" &&
         (cd "$src" && for ((j = ${#patches[@]} - 1; j >= k; j--)); do
           patch -R -p1 -s <"$ROOT/${patches[j]}" || exit 1; done); then
-      cmake -S "$src" -B "$src-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES="80;90a-real" -DTILEATTN_BUILD_TOOLS=OFF -DTILEATTN_BUILD_TESTS=OFF -DTILEATTN_BUILD_BENCHMARKS=OFF \
-        >/tmp/ab-build.log 2>&1 && cmake --build "$src-build" -j "$JOBS" --target tileattn_gpu_bench >>/tmp/ab-build.log 2>&1 ||
-        { note "-- ab: side $k build failed"; tail -20 /tmp/ab-build.log | tee -a "$SUMMARY"; status=1 ab_ok=0; }
-      name=$([[ $k == 0 ]] && echo base || echo "v$k")
-      sides+=("$name") bins+=("$src-build/bench/gpu/tileattn_gpu_bench")
-      settings+=("TILEATTN_AB_SIDE=$name")
-      note "-- ab: side $name built ($(($(date +%s) - start)) s)"
+      side_ks+=("$k")
     else
       note "-- ab: the patches do not reverse-apply (side $k)"; status=1 ab_ok=0
     fi
   done
+  if [[ $ab_ok == 1 && ${#side_ks[@]} -gt 0 ]]; then
+    side_jobs=$((JOBS / ${#side_ks[@]})) && ((side_jobs < 2)) && side_jobs=2
+    side_pids=()
+    for k in "${side_ks[@]}"; do
+      src=/tmp/ab-side-$k
+      (cmake -S "$src" -B "$src-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES="80;90a-real" -DTILEATTN_BUILD_TOOLS=OFF -DTILEATTN_BUILD_TESTS=OFF -DTILEATTN_BUILD_BENCHMARKS=OFF \
+        >"$src.log" 2>&1 && cmake --build "$src-build" -j "$side_jobs" --target tileattn_gpu_bench >>"$src.log" 2>&1) &
+      side_pids+=($!)
+    done
+    for ((n = 0; n < ${#side_ks[@]}; n++)); do
+      k=${side_ks[n]} src=/tmp/ab-side-${side_ks[n]}
+      name=$([[ $k == 0 ]] && echo base || echo "v$k")
+      if wait "${side_pids[n]}"; then
+        sides+=("$name") bins+=("$src-build/bench/gpu/tileattn_gpu_bench")
+        settings+=("TILEATTN_AB_SIDE=$name")
+        note "-- ab: side $name built ($(($(date +%s) - start)) s)"
+      else
+        note "-- ab: side $name build failed"; tail -20 "$src.log" | tee -a "$SUMMARY"; status=1 ab_ok=0
+      fi
+    done
+    # Each side's fast D 64 key-block step (scripts/sass_step.py), to read beside its figures.
+    step_files=()
+    for k in "${side_ks[@]}"; do
+      cuobjdump --dump-sass --gpu-architecture sm_90a \
+        "/tmp/ab-side-$k-build/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_fwd_sm90_hdim64.cu.o" \
+        >"/tmp/sass_side_$k.txt" 2>/dev/null && step_files+=("/tmp/sass_side_$k.txt")
+    done
+    [[ -s /tmp/sass_d64.txt ]] && step_files+=(/tmp/sass_d64.txt)
+    ((${#step_files[@]} > 0)) &&
+      python3 scripts/sass_step.py --hot "${step_files[@]}" 2>&1 | sed 's/^/   /' | tee -a "$SUMMARY"
+  fi
   if [[ $ab_ok == 1 ]]; then
     dims=${AB_DIMS:-${BENCH_DIMS:-64,128,256}} lengths=${AB_LENGTHS:-${BENCH_LENGTHS:-1024,2048,4096,8192,16384}}
     iters=${BENCH_ITERS:-20} ab_files=()
