@@ -14,7 +14,7 @@ which costs the D 64 step issue slots; check this before spending device time.
 --hot: also the instructions one warp executes in an interior block whose speculation holds
 (no O rescale, no mask, no redo), found by walking the step from its turn barrier and taking
 the branches such a block takes, recognised by shape: unconditional ones, the two-predicate
-mask skip, a voted "kept" branch (@P0 after a VOTE), the branch into the speculative path
+mask skip, a voted "kept" branch (taken on a predicate a VOTE wrote shortly before), the branch into the speculative path
 (@P0, 150-300 lines ahead), the skip of the O rescale (FMULs only) and short forward skips
 (< 40 lines). The rules fit the fast D 64
 kernel's layout as of session 35; check the walk (--hot-print) after large changes.
@@ -52,6 +52,16 @@ def opcode(line):
     return "U*" if op.startswith("U") and op != "UNDECODED" else op
 
 
+def voted(lines, i, pred):
+    """Whether branch i's predicate was last written by a VOTE.ALL within the 8 lines before it."""
+    reg = pred.lstrip("@!")
+    for line in reversed(lines[max(0, i - 8):i]):
+        m = re.match(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?(\S+)\s+(\w+)", line)
+        if m and m.group(2) == reg:
+            return m.group(1).startswith("VOTE.ALL")
+    return False
+
+
 def hot_path(lines, first_s, second_s):
     labels = {}
     for i, line in enumerate(lines):
@@ -75,8 +85,8 @@ def hot_path(lines, first_s, second_s):
                 pred, second = m.group(1), m.group(2)
                 if pred is None or second is not None:
                     take = True
-                elif "VOTE" in lines[i - 1]:
-                    take = pred == "@P0"
+                elif voted(lines, i, pred):
+                    take = not pred.startswith("@!")  # the "all kept" branch of a vote
                 else:
                     ahead = target - i
                     skipped = [opcode(x) for x in lines[i + 1:target] if opcode(x)]
