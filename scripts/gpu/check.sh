@@ -113,8 +113,8 @@ if has_stage build; then
   # The fast D 64 forward kernel's key-block step: its instruction mix and the path an interior
   # block executes (scripts/sass_step.py).
   cuobjdump --dump-sass --gpu-architecture sm_90a \
-    "$BUILD/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_fwd_sm90_hdim64.cu.o" >/tmp/sass_d64.txt 2>/dev/null &&
-    python3 scripts/sass_step.py --hot /tmp/sass_d64.txt 2>&1 | sed 's/^/   /' | tee -a "$SUMMARY"
+    "$BUILD/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_fwd_sm90_hdim64.cu.o" >/tmp/sass_new.txt 2>/dev/null &&
+    python3 scripts/sass_step.py --hot /tmp/sass_new.txt 2>&1 | sed 's/^/   /' | tee -a "$SUMMARY"
   # wgmma serialisation warnings (C7513, C7515, C7520: all C75xx) would cost the sm90 kernels
   # their overlap.
   note "   ptxas wgmma serialisation warnings: $(grep -c -E 'C75[0-9][0-9]' /tmp/build.log)"
@@ -366,14 +366,16 @@ if has_stage ab; then
         note "-- ab: side $name build failed"; tail -20 "$src.log" | tee -a "$SUMMARY"; status=1 ab_ok=0
       fi
     done
-    # Each side's fast D 64 key-block step (scripts/sass_step.py), to read beside its figures.
+    # Each side's fast D 64 key-block step (scripts/sass_step.py), to read beside its figures
+    # (the files are named after the sides; new's is the build stage's).
     step_files=()
     for k in "${side_ks[@]}"; do
+      name=$([[ $k == 0 ]] && echo base || echo "v$k")
       cuobjdump --dump-sass --gpu-architecture sm_90a \
         "/tmp/ab-side-$k-build/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_fwd_sm90_hdim64.cu.o" \
-        >"/tmp/sass_side_$k.txt" 2>/dev/null && step_files+=("/tmp/sass_side_$k.txt")
+        >"/tmp/sass_$name.txt" 2>/dev/null && step_files+=("/tmp/sass_$name.txt")
     done
-    [[ -s /tmp/sass_d64.txt ]] && step_files+=(/tmp/sass_d64.txt)
+    [[ -s /tmp/sass_new.txt ]] && step_files+=(/tmp/sass_new.txt)
     ((${#step_files[@]} > 0)) &&
       python3 scripts/sass_step.py --hot "${step_files[@]}" 2>&1 | sed 's/^/   /' | tee -a "$SUMMARY"
   fi
