@@ -62,7 +62,7 @@ def voted(lines, i, pred):
     return False
 
 
-def hot_path(lines, first_s, second_s):
+def hot_path(lines, first_s):
     labels = {}
     for i, line in enumerate(lines):
         m = re.match(r"^(\.L_x_\d+):", line)
@@ -123,7 +123,7 @@ def main():
         print(f"{path} | {total} | {n} | " + " | ".join(str(counts[c]) for c in COLUMNS) +
               f" | {other}")
         if args.hot or args.hot_print:
-            hot = hot_path(lines, starts[1], starts[2])
+            hot = hot_path(lines, starts[1])
             counts = collections.Counter(op for op in map(opcode, hot) if op)
             other = len(hot) - sum(counts[c] for c in COLUMNS)
             print(f"{path} (hot path) | | {len(hot)} | " +
