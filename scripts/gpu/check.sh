@@ -347,7 +347,7 @@ if has_stage ab; then
   done
   if [[ $ab_ok == 1 && ${#side_ks[@]} -gt 0 ]]; then
     side_jobs=$((JOBS / ${#side_ks[@]})) && ((side_jobs < 2)) && side_jobs=2
-    side_pids=()
+    side_pids=() step_files=()
     for k in "${side_ks[@]}"; do
       src=/tmp/ab-side-$k
       (cmake -S "$src" -B "$src-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
@@ -362,20 +362,15 @@ if has_stage ab; then
         sides+=("$name") bins+=("$src-build/bench/gpu/tileattn_gpu_bench")
         settings+=("TILEATTN_AB_SIDE=$name")
         note "-- ab: side $name built ($(($(date +%s) - start)) s)"
+        # The side's fast D 64 key-block step (scripts/sass_step.py), printed below.
+        cuobjdump --dump-sass --gpu-architecture sm_90a \
+          "$src-build/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_fwd_sm90_hdim64.cu.o" \
+          >"/tmp/sass_$name.txt" 2>/dev/null && step_files+=("/tmp/sass_$name.txt")
       else
         note "-- ab: side $name build failed"; tail -20 "$src.log" | tee -a "$SUMMARY"; status=1 ab_ok=0
       fi
     done
-    # Each side's fast D 64 key-block step (scripts/sass_step.py), to read beside its figures
-    # (the files are named after the sides; new's is the build stage's).
-    step_files=()
-    for k in "${side_ks[@]}"; do
-      name=$([[ $k == 0 ]] && echo base || echo "v$k")
-      cuobjdump --dump-sass --gpu-architecture sm_90a \
-        "/tmp/ab-side-$k-build/src/CMakeFiles/tileattn.dir/cuda/sm90/flash_fwd_sm90_hdim64.cu.o" \
-        >"/tmp/sass_$name.txt" 2>/dev/null && step_files+=("/tmp/sass_$name.txt")
-    done
-    [[ -s /tmp/sass_new.txt ]] && step_files+=(/tmp/sass_new.txt)
+    [[ -s /tmp/sass_new.txt ]] && step_files+=(/tmp/sass_new.txt)  # the build stage's
     ((${#step_files[@]} > 0)) &&
       python3 scripts/sass_step.py --hot "${step_files[@]}" 2>&1 | sed 's/^/   /' | tee -a "$SUMMARY"
   fi
