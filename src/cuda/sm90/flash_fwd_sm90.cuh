@@ -294,14 +294,22 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     fence_barrier_init();
   }
   __syncthreads();
+  // Ring position of key block number `it` (>= 0): its K / V slot and the slot's phase.
+  // Unsigned: with int, each division and remainder cost sign fix-ups on the key loop's hot path.
+  auto ring_slot = [](int it) { return static_cast<int>(static_cast<unsigned>(it) % kStages); };
+  auto ring_phase = [](int it) {
+    return static_cast<int>((static_cast<unsigned>(it) / kStages) & 1u);
+  };
 
   // Ring positions count key blocks over all tiles of this CTA: block number `it` uses slot
   // it % stages in pass it / stages; the Q slot's pass is the number of tiles with work so far.
-  // In the fast kernels at D >= 128 the warpgroup index is made warp-uniform (a lane-0
-  // shuffle), so that the consumer's Q descriptors live in uniform registers: A/B (session 10)
-  // D 256 +6-8%, D 128 -1.5..+2.5%; at D 64 it cost 2-5%. (In the general kernel at D 128 it
-  // raised ptxas's spills from 252 to 360 bytes; not measured, so not used there.)
-  constexpr bool kUniformWarpGroup = kDim >= 128 && !kGeneral;
+  // In the fast kernels the warpgroup index is made warp-uniform (a lane-0 shuffle), so that
+  // the consumer's Q descriptors live in uniform registers: A/B (session 10) D 256 +6-8%,
+  // D 128 -1.5..+2.5%; at D 64 it then cost 2-5%, but since the speculating softmax it takes
+  // the D 64 step's eight R2UR moves of the Q descriptors (1160 -> 1146 instructions; session
+  // 35, prepared). (In the general kernel at D 128 it raised ptxas's spills from 252 to 360
+  // bytes; not measured, so not used there.)
+  constexpr bool kUniformWarpGroup = !kGeneral;
   const int warp_group = kUniformWarpGroup
                              ? __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0)
                              : static_cast<int>(threadIdx.x) / 128;
@@ -332,8 +340,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       const int n_blocks = valid ? w.n_blocks : 0;
       const int hk = w.coords.hk, b = w.coords.b;
       auto load_k = [&](int i) {
-        const int it = kv_it + i, slot = it % kStages;
-        mbarrier_wait(&bars.k_empty[slot], ((it / kStages) & 1) ^ 1);
+        const int it = kv_it + i, slot = ring_slot(it);
+        mbarrier_wait(&bars.k_empty[slot], ring_phase(it) ^ 1);
         mbarrier_arrive_expect_tx(&bars.k_full[slot], kKvBytes);
         T* dst = k_tiles + slot * kBlockN * kDim;
 #pragma unroll
@@ -342,8 +350,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
                       (w.n_block_begin + i) * kBlockN, hk, b, read_often);
       };
       auto load_v = [&](int i) {
-        const int it = kv_it + i, slot = it % kStages;
-        mbarrier_wait(&bars.v_empty[slot], ((it / kStages) & 1) ^ 1);
+        const int it = kv_it + i, slot = ring_slot(it);
+        mbarrier_wait(&bars.v_empty[slot], ring_phase(it) ^ 1);
         mbarrier_arrive_expect_tx(&bars.v_full[slot], kKvBytes);
         T* dst = v_tiles + slot * kBlockN * kDim;
 #pragma unroll
@@ -574,9 +582,18 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_o[dt][e] = 0.0f;
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // base-2 units
+    // Speculating kernels: whether the warp may try a block against its running maxima (the
+    // lazy rescaling is on and every row of the warp has a finite max), voted where the maxima
+    // change (here and after an eager block) instead of in every block.
+    [[maybe_unused]] bool speculate_ok = false;
+    auto update_speculate_ok = [&] {
+      speculate_ok = params.rescale_threshold > 0.0f &&
+                     __all_sync(0xffffffffu, row_max[0] != -INFINITY && row_max[1] != -INFINITY);
+    };
     if constexpr (kSpeculate) {
       row_max[0] = max_guess[0];
       row_max[1] = max_guess[1];
+      update_speculate_ok();
     }
 
     GeneralScoreRow general_rows[2];
@@ -637,8 +654,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         // without the block's max. They are kept when every one is at most 2^threshold, which
         // a thread's sum over its elements bounds; otherwise (rare after a row's first block)
         // the warp redoes the block from the scores, moving the max eagerly.
-        if (threshold > 0.0f &&
-            __all_sync(0xffffffffu, row_max[0] != -INFINITY && row_max[1] != -INFINITY)) {
+        if (speculate_ok) {
           float sums[2];
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) sums[hh] = exp_row(active, s, pa, hh, scale, row_max[hh]);
@@ -701,6 +717,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
           }
         }
       }
+      if constexpr (kSpeculate) update_speculate_ok();
     };
 
     // Scores s of block n_block -> probabilities with the online softmax (softmax_tiles).
@@ -821,11 +838,11 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       [[maybe_unused]] POperand pa1;  // speculating kernels only
       float rescale[2];
       {
-        const int slot = kv_it % kStages;
+        const int slot = ring_slot(kv_it);
         TILEATTN_TRACE(0, 0);
         if (first_turn) take_turn();
         TILEATTN_TRACE(0, 1);
-        mbarrier_wait(&bars.k_full[slot], (kv_it / kStages) & 1);
+        mbarrier_wait(&bars.k_full[slot], ring_phase(kv_it));
         TILEATTN_TRACE(0, 2);
         issue_qk(s, slot);
         TILEATTN_TRACE(0, 3);
@@ -835,7 +852,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         fence_operand(s);
         TILEATTN_TRACE(0, 5);
         release(&bars.k_empty[slot]);
-        if (n_wg == 1) release(&bars.q_empty[q_slot][consumer]);
+        if (kQStages == 1 && n_wg == 1) release(&bars.q_empty[q_slot][consumer]);
         softmax(std::true_type{}, s, pa0, w.n_block_begin, rescale);
         TILEATTN_TRACE(0, 6);
         TILEATTN_TRACE(0, 7);
@@ -843,16 +860,16 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
       // Block i: P_{i-1} is in pa_prev; P_i goes to pa_next (the same buffer unless speculating).
       auto step = [&](int i, POperand& pa_prev, POperand& pa_next) {
-        const int it = kv_it + i, slot = it % kStages, prev = (it - 1) % kStages;
+        const int it = kv_it + i, slot = ring_slot(it), prev = ring_slot(it - 1);
         TILEATTN_TRACE(i, 0);
         take_turn();
         TILEATTN_TRACE(i, 1);
-        mbarrier_wait(&bars.k_full[slot], (it / kStages) & 1);
+        mbarrier_wait(&bars.k_full[slot], ring_phase(it));
         TILEATTN_TRACE(i, 2);
         issue_qk(s, slot);
         TILEATTN_TRACE(i, 3);
         rescale_o(rescale);
-        mbarrier_wait(&bars.v_full[prev], ((it - 1) / kStages) & 1);
+        mbarrier_wait(&bars.v_full[prev], ring_phase(it - 1));
         issue_pv(pa_prev, prev);
         pass_turn();
         TILEATTN_TRACE(i, 4);
@@ -860,7 +877,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         fence_operand(s);
         TILEATTN_TRACE(i, 5);
         release(&bars.k_empty[slot]);
-        if (i == n_wg - 1) release(&bars.q_empty[q_slot][consumer]);
+        if (kQStages == 1 && i == n_wg - 1) release(&bars.q_empty[q_slot][consumer]);
         softmax(std::false_type{}, s, pa_next, w.n_block_begin + i, rescale);
         TILEATTN_TRACE(i, 6);
         wgmma_wait<0>();
@@ -870,10 +887,13 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         if constexpr (!kSpeculate) to_operand(s, pa_next);
       };
       auto finish = [&](const POperand& pa_last) {  // the last block's P V
-        const int it = kv_it + n_wg - 1, last = it % kStages;
+        // With two Q buffers the warpgroup frees its Q here, after its last S, rather than by a
+        // test in every block (the producer needs the buffer only for the tile after next).
+        if constexpr (kQStages > 1) release(&bars.q_empty[q_slot][consumer]);
+        const int it = kv_it + n_wg - 1, last = ring_slot(it);
         rescale_o(rescale);
         if (finish_turn) take_turn();
-        mbarrier_wait(&bars.v_full[last], (it / kStages) & 1);
+        mbarrier_wait(&bars.v_full[last], ring_phase(it));
         issue_pv(pa_last, last);
         if (finish_turn) pass_turn();
         if constexpr (kEarlyRows) {
@@ -918,14 +938,14 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       // and V slots, released once loaded (so that each release counts towards this use of the
       // slot).
       if (n_wg == 0) kv_it += w.n_blocks;
-      const int it = kv_it - 1, slot = it % kStages;
+      const int it = kv_it - 1, slot = ring_slot(it);
       for (int turn = turns(w.n_blocks) - turns(n_wg); turn > 0; --turn) {
         take_turn();
         pass_turn();
       }
-      mbarrier_wait(&bars.k_full[slot], (it / kStages) & 1);
+      mbarrier_wait(&bars.k_full[slot], ring_phase(it));
       release(&bars.k_empty[slot]);
-      mbarrier_wait(&bars.v_full[slot], (it / kStages) & 1);
+      mbarrier_wait(&bars.v_full[slot], ring_phase(it));
       release(&bars.v_empty[slot]);
       if (n_wg == 0) release(&bars.q_empty[q_slot][consumer]);
     }
