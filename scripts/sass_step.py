@@ -23,7 +23,8 @@ import argparse
 import collections
 import re
 
-S_WGMMA = re.compile(r"HGMMA\.64x\d+x16\.F32\.\w+ R\d+, gdesc \[UR\d+\], RZ, !UPT")
+# nvdisasm 11.8 writes "gdesc [UR4]", cuobjdump 13 may omit the space: accept both.
+S_WGMMA = re.compile(r"HGMMA\.64x\d+x16\.F32\.\w+ R\d+, gdesc\s*\[UR\d+\]\s*, RZ, !UPT")
 INSTR = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?(\S+)")
 COLUMNS = ["FADD", "FFMA", "MUFU", "FMNMX", "F2FP", "FSEL", "FMUL", "ISETP", "U*", "IMAD",
            "R2UR", "UNDECODED", "LEA", "SHF", "LOP3", "HGMMA", "BRA"]
@@ -68,9 +69,12 @@ def hot_path(lines, first_s):
         m = re.match(r"^(\.L_x_\d+):", line)
         if m:
             labels[m.group(1)] = i
+        m = re.match(r"^\s+/\*([0-9a-f]+)\*/", line)  # cuobjdump branches to addresses
+        if m:
+            labels.setdefault("0x" + m.group(1).lstrip("0").rjust(1, "0"), i)
     head = max((i for i in range(max(0, first_s - 80), first_s) if "BAR.SYNC" in lines[i]),
                default=first_s)
-    branch = re.compile(r"(@!?U?P\w+)?\s*BRA\S*\s+(?:(!?U?P\w+), )?`\((\.L_x_\d+)\)")
+    branch = re.compile(r"(@!?U?P\w+)?\s*BRA\S*\s+(?:(!?U?P\w+), )?(?:`\((\.L_x_\d+)\)|(0x[0-9a-f]+))")
     path, seen, i = [], set(), head
     while i < len(lines) and i not in seen and len(path) < 4000:
         seen.add(i)
@@ -80,7 +84,7 @@ def hot_path(lines, first_s):
                 break
             path.append(line)
             m = branch.search(line)
-            target = labels.get(m.group(3)) if m else None
+            target = labels.get(m.group(3) or "0x" + m.group(4)[2:].lstrip("0").rjust(1, "0")) if m else None
             if target is not None:
                 pred, second = m.group(1), m.group(2)
                 if pred is None or second is not None:
