@@ -294,12 +294,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     fence_barrier_init();
   }
   __syncthreads();
-  // Ring position of key block number `it` (>= 0): its K / V slot and the slot's phase.
-  // Unsigned: with int, each division and remainder cost sign fix-ups on the key loop's hot path.
-  auto ring_slot = [](int it) { return static_cast<int>(static_cast<unsigned>(it) % kStages); };
-  auto ring_phase = [](int it) {
-    return static_cast<int>((static_cast<unsigned>(it) / kStages) & 1u);
-  };
 
   // Ring positions count key blocks over all tiles of this CTA: block number `it` uses slot
   // it % stages in pass it / stages; the Q slot's pass is the number of tiles with work so far.
@@ -340,8 +334,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       const int n_blocks = valid ? w.n_blocks : 0;
       const int hk = w.coords.hk, b = w.coords.b;
       auto load_k = [&](int i) {
-        const int it = kv_it + i, slot = ring_slot(it);
-        mbarrier_wait(&bars.k_empty[slot], ring_phase(it) ^ 1);
+        const int it = kv_it + i, slot = it % kStages;
+        mbarrier_wait(&bars.k_empty[slot], ((it / kStages) & 1) ^ 1);
         mbarrier_arrive_expect_tx(&bars.k_full[slot], kKvBytes);
         T* dst = k_tiles + slot * kBlockN * kDim;
 #pragma unroll
@@ -350,8 +344,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
                       (w.n_block_begin + i) * kBlockN, hk, b, read_often);
       };
       auto load_v = [&](int i) {
-        const int it = kv_it + i, slot = ring_slot(it);
-        mbarrier_wait(&bars.v_empty[slot], ring_phase(it) ^ 1);
+        const int it = kv_it + i, slot = it % kStages;
+        mbarrier_wait(&bars.v_empty[slot], ((it / kStages) & 1) ^ 1);
         mbarrier_arrive_expect_tx(&bars.v_full[slot], kKvBytes);
         T* dst = v_tiles + slot * kBlockN * kDim;
 #pragma unroll
@@ -838,11 +832,11 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       [[maybe_unused]] POperand pa1;  // speculating kernels only
       float rescale[2];
       {
-        const int slot = ring_slot(kv_it);
+        const int slot = kv_it % kStages;
         TILEATTN_TRACE(0, 0);
         if (first_turn) take_turn();
         TILEATTN_TRACE(0, 1);
-        mbarrier_wait(&bars.k_full[slot], ring_phase(kv_it));
+        mbarrier_wait(&bars.k_full[slot], (kv_it / kStages) & 1);
         TILEATTN_TRACE(0, 2);
         issue_qk(s, slot);
         TILEATTN_TRACE(0, 3);
@@ -860,16 +854,16 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
       // Block i: P_{i-1} is in pa_prev; P_i goes to pa_next (the same buffer unless speculating).
       auto step = [&](int i, POperand& pa_prev, POperand& pa_next) {
-        const int it = kv_it + i, slot = ring_slot(it), prev = ring_slot(it - 1);
+        const int it = kv_it + i, slot = it % kStages, prev = (it - 1) % kStages;
         TILEATTN_TRACE(i, 0);
         take_turn();
         TILEATTN_TRACE(i, 1);
-        mbarrier_wait(&bars.k_full[slot], ring_phase(it));
+        mbarrier_wait(&bars.k_full[slot], (it / kStages) & 1);
         TILEATTN_TRACE(i, 2);
         issue_qk(s, slot);
         TILEATTN_TRACE(i, 3);
         rescale_o(rescale);
-        mbarrier_wait(&bars.v_full[prev], ring_phase(it - 1));
+        mbarrier_wait(&bars.v_full[prev], ((it - 1) / kStages) & 1);
         issue_pv(pa_prev, prev);
         pass_turn();
         TILEATTN_TRACE(i, 4);
@@ -890,10 +884,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         // With two Q buffers the warpgroup frees its Q here, after its last S, rather than by a
         // test in every block (the producer needs the buffer only for the tile after next).
         if constexpr (kQStages > 1) release(&bars.q_empty[q_slot][consumer]);
-        const int it = kv_it + n_wg - 1, last = ring_slot(it);
+        const int it = kv_it + n_wg - 1, last = it % kStages;
         rescale_o(rescale);
         if (finish_turn) take_turn();
-        mbarrier_wait(&bars.v_full[last], ring_phase(it));
+        mbarrier_wait(&bars.v_full[last], (it / kStages) & 1);
         issue_pv(pa_last, last);
         if (finish_turn) pass_turn();
         if constexpr (kEarlyRows) {
@@ -938,14 +932,14 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       // and V slots, released once loaded (so that each release counts towards this use of the
       // slot).
       if (n_wg == 0) kv_it += w.n_blocks;
-      const int it = kv_it - 1, slot = ring_slot(it);
+      const int it = kv_it - 1, slot = it % kStages;
       for (int turn = turns(w.n_blocks) - turns(n_wg); turn > 0; --turn) {
         take_turn();
         pass_turn();
       }
-      mbarrier_wait(&bars.k_full[slot], ring_phase(it));
+      mbarrier_wait(&bars.k_full[slot], (it / kStages) & 1);
       release(&bars.k_empty[slot]);
-      mbarrier_wait(&bars.v_full[slot], ring_phase(it));
+      mbarrier_wait(&bars.v_full[slot], (it / kStages) & 1);
       release(&bars.v_empty[slot]);
       if (n_wg == 0) release(&bars.q_empty[q_slot][consumer]);
     }
