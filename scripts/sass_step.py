@@ -63,6 +63,11 @@ def voted(lines, i, pred):
     return False
 
 
+def address(hex_digits):
+    """A cuobjdump address as one key: "0x" and the digits without leading zeros."""
+    return "0x" + (hex_digits.lstrip("0") or "0")
+
+
 def hot_path(lines, first_s):
     labels = {}
     for i, line in enumerate(lines):
@@ -71,7 +76,7 @@ def hot_path(lines, first_s):
             labels[m.group(1)] = i
         m = re.match(r"^\s+/\*([0-9a-f]+)\*/", line)  # cuobjdump branches to addresses
         if m:
-            labels.setdefault("0x" + m.group(1).lstrip("0").rjust(1, "0"), i)
+            labels.setdefault(address(m.group(1)), i)
     head = max((i for i in range(max(0, first_s - 80), first_s) if "BAR.SYNC" in lines[i]),
                default=first_s)
     branch = re.compile(r"(@!?U?P\w+)?\s*BRA\S*\s+(?:(!?U?P\w+), )?(?:`\((\.L_x_\d+)\)|(0x[0-9a-f]+))")
@@ -84,7 +89,7 @@ def hot_path(lines, first_s):
                 break
             path.append(line)
             m = branch.search(line)
-            target = labels.get(m.group(3) or "0x" + m.group(4)[2:].lstrip("0").rjust(1, "0")) if m else None
+            target = labels.get(m.group(3) or address(m.group(4)[2:])) if m else None
             if target is not None:
                 pred, second = m.group(1), m.group(2)
                 if pred is None or second is not None:
