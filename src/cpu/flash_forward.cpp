@@ -31,10 +31,10 @@ struct Plan {
   TileKernel kernel;
   CpuTileConfig config;
   PackedGeometry geometry;
-  std::int64_t blocks;           // key blocks per head
-  std::int64_t k_head_elems;     // packed K of one (batch, kv head)
+  std::int64_t blocks;        // key blocks per head
+  std::int64_t k_head_elems;  // packed K of one (batch, kv head)
   std::int64_t v_head_elems;
-  bool f16c;  // hardware f16 conversion (every level from avx2 up)
+  bool f16c;             // hardware f16 conversion (every level from avx2 up)
   std::int64_t q_group;  // f32 family: rows per group of the packed Q tile (tile_config.hpp)
 };
 
@@ -114,15 +114,36 @@ const void* v_row(const AttnParams& p, std::int64_t b, std::int64_t key, std::in
          (b * p.v_stride_b + key * p.v_stride_l + kv_head * p.v_stride_h) * size_of(p.dtype);
 }
 
+// Keys of block kb that the packed copy holds: those below the batch entry's valid key length
+// (every row masks the others, so their memory is never read).
+std::int64_t packed_keys(const AttnParams& p, std::int64_t b, std::int64_t kb,
+                         std::int64_t block_k) {
+  return std::clamp<std::int64_t>(p.key_length(b) - kb * block_k, 0, block_k);
+}
+
+// Flags in poison[2] the block's keys whose K or V row is not finite (the packers zero them).
+void find_poisoned_keys(const AttnParams& p, std::int64_t b, std::int64_t kv_head,
+                        std::int64_t key0, std::int64_t keys, std::uint64_t* poison) {
+  poison[0] = poison[1] = 0;
+  for (std::int64_t c = 0; c < keys; ++c)
+    if (!row_is_finite(k_row(p, b, key0 + c, kv_head), p.dtype, 0, p.dim) ||
+        !row_is_finite(v_row(p, b, key0 + c, kv_head), p.dtype, 0, p.dim_v))
+      poison[c / 64] |= std::uint64_t{1} << (c % 64);
+}
+bool is_poisoned(const std::uint64_t* poison, std::int64_t c) {
+  return (poison[c / 64] >> (c % 64) & 1u) != 0;
+}
+
 // f32 family: K transposed into panels of [D][k_panel], V into panels of [block_k][v_panel].
-// `rows` is scratch for block_k row pointers, `buffer` for block_k converted rows.
+// `rows` is scratch for block_k row pointers, `buffer` for block_k converted rows. Poisoned
+// keys (poison[2], from find_poisoned_keys) are packed as zeros.
 void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::int64_t kv_head,
-                    std::int64_t kb, float* k_dst, float* v_dst, const float** rows,
-                    float* buffer) {
+                    std::int64_t kb, float* k_dst, float* v_dst, const float** rows, float* buffer,
+                    const std::uint64_t* poison) {
   const std::int64_t block_k = plan.config.block_k, k_panel = plan.config.k_panel,
                      v_panel = plan.config.v_panel;
   const std::int64_t D = p.dim, Dv = p.dim_v, dvp = plan.geometry.dim_v_padded;
-  const std::int64_t valid = std::clamp<std::int64_t>(p.len_k - kb * block_k, 0, block_k);
+  const std::int64_t valid = packed_keys(p, b, kb, block_k);
   const std::int64_t width = std::max(D, Dv);
   const std::int64_t esize = size_of(p.dtype);
   if (valid > 0) {
@@ -130,8 +151,9 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
     prefetch_rows(v_row(p, b, kb * block_k, kv_head), valid, p.v_stride_l * esize, Dv * esize);
   }
   for (std::int64_t c = 0; c < valid; ++c)
-    rows[c] = row_as_f32(k_row(p, b, kb * block_k + c, kv_head), p.dtype, 0, D,
-                         buffer + c * width, plan.f16c);
+    rows[c] = is_poisoned(poison, c) ? kZeroRowF32
+                                     : row_as_f32(k_row(p, b, kb * block_k + c, kv_head), p.dtype,
+                                                  0, D, buffer + c * width, plan.f16c);
   for (std::int64_t panel = 0; panel < block_k; panel += k_panel) {
     float* dst = k_dst + panel * D;
     const std::int64_t keys = std::clamp<std::int64_t>(valid - panel, 0, k_panel);
@@ -141,8 +163,9 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
         std::fill(dst + d * k_panel + keys, dst + (d + 1) * k_panel, 0.0f);
   }
   for (std::int64_t c = 0; c < valid; ++c)
-    rows[c] = row_as_f32(v_row(p, b, kb * block_k + c, kv_head), p.dtype, 0, Dv,
-                         buffer + c * width, plan.f16c);
+    rows[c] = is_poisoned(poison, c) ? kZeroRowF32
+                                     : row_as_f32(v_row(p, b, kb * block_k + c, kv_head), p.dtype,
+                                                  0, Dv, buffer + c * width, plan.f16c);
   for (std::int64_t c0 = 0; c0 < dvp; c0 += v_panel) {
     const std::int64_t panel_width = std::min(v_panel, dvp - c0);
     const std::int64_t copied = std::clamp<std::int64_t>(Dv - c0, 0, panel_width);
@@ -191,25 +214,30 @@ void transpose_pairs(const std::uint16_t* const* rows, std::int64_t n, std::int6
 // transpose of 32-bit words (transpose_pairs), V interleaves the elements of two keys' rows
 // (SSE2 unpacks); scalar, these loops were ~10% of a bf16 call.
 void pack_block_pairs(const AttnParams& p, const Plan& plan, std::int64_t b, std::int64_t kv_head,
-                      std::int64_t kb, std::uint16_t* k_dst, std::uint16_t* v_dst) {
+                      std::int64_t kb, std::uint16_t* k_dst, std::uint16_t* v_dst,
+                      const std::uint64_t* poison) {
   const std::int64_t block_k = plan.config.block_k;
   const std::int64_t dvp = plan.geometry.dim_v_padded;
   std::fill_n(k_dst, plan.geometry.k_block_elems, std::uint16_t{0});
   std::fill_n(v_dst, plan.geometry.v_block_elems, std::uint16_t{0});
-  const std::int64_t valid = std::clamp<std::int64_t>(p.len_k - kb * block_k, 0, block_k);
+  const std::int64_t valid = packed_keys(p, b, kb, block_k);
   constexpr std::int64_t kMaxKeys = 128;
   static_assert(cpu_tile_config(KernelFamily::amx).block_k <= kMaxKeys &&
                 cpu_tile_config(KernelFamily::bf16_dot).block_k <= kMaxKeys);
   if (valid == 0) return;
   const std::uint16_t* k_rows[kMaxKeys];
   for (std::int64_t c = 0; c < valid; ++c)
-    k_rows[c] = static_cast<const std::uint16_t*>(k_row(p, b, kb * block_k + c, kv_head));
+    k_rows[c] = is_poisoned(poison, c)
+                    ? kZeroRow16
+                    : static_cast<const std::uint16_t*>(k_row(p, b, kb * block_k + c, kv_head));
   transpose_pairs(k_rows, valid, p.dim / 2, k_dst, block_k);
   if (p.dim % 2 != 0)  // the last pair's second element stays the zero padding
     for (std::int64_t c = 0; c < valid; ++c)
       k_dst[((p.dim / 2) * block_k + c) * 2] = k_rows[c][p.dim - 1];
   const auto v_key = [&](std::int64_t c) {
-    return static_cast<const std::uint16_t*>(v_row(p, b, kb * block_k + c, kv_head));
+    return is_poisoned(poison, c)
+               ? kZeroRow16
+               : static_cast<const std::uint16_t*>(v_row(p, b, kb * block_k + c, kv_head));
   };
   for (std::int64_t c = 0; c < valid; c += 2) {
     const std::uint16_t* v0 = v_key(c);
@@ -244,6 +272,7 @@ struct ThreadScratch {
   std::vector<const float*> pack_rows;
   AlignedVector<std::uint16_t> q_bf16, probs_bf16;
   std::vector<std::int64_t> key_first, key_last;
+  std::vector<std::uint8_t> q_poison, row_poison;  // per tile row
 
   ThreadScratch(const AttnParams& p, const Plan& plan) {
     const std::int64_t bq = plan.config.block_q, bk = plan.config.block_k;
@@ -262,10 +291,11 @@ struct ThreadScratch {
     row_scale.resize(n(bq));
     lse.resize(n(bq));
     pack_rows.resize(n(std::max(bk, bq)));
-    if (p.dtype != DType::f32)
-      pack_block.resize(n(std::max(bk, bq) * std::max(p.dim, p.dim_v)));
+    if (p.dtype != DType::f32) pack_block.resize(n(std::max(bk, bq) * std::max(p.dim, p.dim_v)));
     key_first.resize(n(bq));
     key_last.resize(n(bq));
+    q_poison.resize(n(bq));
+    row_poison.resize(n(bq));
   }
 };
 
@@ -299,13 +329,17 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
   const auto offset = [&](std::int64_t r) {
     return b * p.q_stride_b + (w.row_begin + r) * p.q_stride_l + h * p.q_stride_h;
   };
+  // A query row that is not finite is packed as zeros; run_tile makes it NaN if it sees a key.
+  for (std::int64_t r = 0; r < rows; ++r)
+    s.q_poison[r] = row_is_finite(p.q, p.dtype, offset(r), D) ? 0 : 1;
   if (plan.family == KernelFamily::f32) {  // groups of q_group rows, each [D][q_group]
     const std::int64_t esize = size_of(p.dtype);
     prefetch_rows(static_cast<const char*>(p.q) + offset(0) * esize, rows, p.q_stride_l * esize,
                   D * esize);
     for (std::int64_t r = 0; r < rows; ++r)
-      s.pack_rows[r] = row_as_f32(p.q, p.dtype, offset(r), D, s.pack_block.data() + r * D,
-                                  plan.f16c);
+      s.pack_rows[r] = s.q_poison[r] != 0 ? kZeroRowF32
+                                          : row_as_f32(p.q, p.dtype, offset(r), D,
+                                                       s.pack_block.data() + r * D, plan.f16c);
     const std::int64_t group = plan.q_group;
     for (std::int64_t r0 = 0; r0 < rows; r0 += group)
       transpose_rows(s.pack_rows.data() + r0, std::min(group, rows - r0), D,
@@ -314,12 +348,11 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
   }
   const auto* q = static_cast<const std::uint16_t*>(p.q);
   for (std::int64_t r = 0; r < rows; ++r) {
+    const std::uint16_t* q_row = s.q_poison[r] != 0 ? kZeroRow16 : q + offset(r);
     if (plan.family == KernelFamily::amx) {
-      std::memcpy(s.q_bf16.data() + r * plan.geometry.dim_padded, q + offset(r),
-                  D * sizeof(std::uint16_t));
+      std::memcpy(s.q_bf16.data() + r * plan.geometry.dim_padded, q_row, D * sizeof(std::uint16_t));
     } else {  // bf16_dot: [D/2][block_q][2]
-      for (std::int64_t d = 0; d < D; ++d)
-        s.q_bf16[((d / 2) * bq + r) * 2 + d % 2] = q[offset(r) + d];
+      for (std::int64_t d = 0; d < D; ++d) s.q_bf16[((d / 2) * bq + r) * 2 + d % 2] = q_row[d];
     }
   }
   if (plan.family == KernelFamily::amx)  // rows past the end stay zero (padding of the last tile)
@@ -327,7 +360,8 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
 }
 
 void run_tile(const AttnParams& p, const Plan& plan, const void* k_packed, const void* v_packed,
-              std::int64_t b, const WorkItem& w, ThreadScratch& s) {
+              const std::uint64_t* key_poison, std::int64_t b, const WorkItem& w,
+              ThreadScratch& s) {
   const std::int64_t rows = w.row_end - w.row_begin, h = w.head;
   load_q_tile(p, plan, b, w, s);
 
@@ -341,6 +375,8 @@ void run_tile(const AttnParams& p, const Plan& plan, const void* k_packed, const
   job.q_group = plan.q_group;
   job.k_packed = k_packed;
   job.v_packed = v_packed;
+  job.key_poison = key_poison;
+  job.row_poison = s.row_poison.data();
   row_ranges(p, plan.config.block_k, b, w.row_begin, w.row_end, s.key_first.data(),
              s.key_last.data(), job.block_begin, job.block_end);
   job.key_first = s.key_first.data();
@@ -378,8 +414,13 @@ void run_tile(const AttnParams& p, const Plan& plan, const void* k_packed, const
 
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t i = w.row_begin + r;
-    store_row(p.out, p.out_dtype, b * p.o_stride_b + i * p.o_stride_l + h * p.o_stride_h,
-              p.dim_v, s.out.data() + r * plan.geometry.dim_v_padded, plan.f16c);
+    if (s.q_poison[r] != 0 && s.lse[r] != -std::numeric_limits<float>::infinity()) {
+      float* o = s.out.data() + r * plan.geometry.dim_v_padded;
+      std::fill(o, o + p.dim_v, std::numeric_limits<float>::quiet_NaN());
+      s.lse[r] = std::numeric_limits<float>::quiet_NaN();
+    }
+    store_row(p.out, p.out_dtype, b * p.o_stride_b + i * p.o_stride_l + h * p.o_stride_h, p.dim_v,
+              s.out.data() + r * plan.geometry.dim_v_padded, plan.f16c);
     if (p.lse != nullptr)
       p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] = s.lse[r];
   }
@@ -412,6 +453,9 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
   char* const k_base = reinterpret_cast<char*>(packed.data());
   char* const v_base = k_base + pairs_per_phase * plan.k_head_elems * elem;
   std::vector<WorkItem> work;
+  // Per packed key block, its poisoned keys (two words); per pair of the phase, whether any.
+  std::vector<std::uint64_t> poison(static_cast<std::size_t>(pairs_per_phase * plan.blocks * 2));
+  std::vector<std::uint8_t> pair_poisoned(static_cast<std::size_t>(pairs_per_phase));
   const std::int64_t q_tiles = (p.len_q + block_q - 1) / block_q;
 
 #pragma omp parallel num_threads(resolve_threads(threads))
@@ -423,27 +467,35 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
       for (std::int64_t item = 0; item < phase_pairs * plan.blocks; ++item) {
         const std::int64_t local = item / plan.blocks, kb = item % plan.blocks;
         const std::int64_t pair = phase + local, b = pair / p.heads_kv, kv = pair % p.heads_kv;
-        char* k_dst = k_base + (local * plan.k_head_elems + kb * plan.geometry.k_block_elems) * elem;
-        char* v_dst = v_base + (local * plan.v_head_elems + kb * plan.geometry.v_block_elems) * elem;
+        char* k_dst =
+            k_base + (local * plan.k_head_elems + kb * plan.geometry.k_block_elems) * elem;
+        char* v_dst =
+            v_base + (local * plan.v_head_elems + kb * plan.geometry.v_block_elems) * elem;
+        std::uint64_t* block_poison = poison.data() + item * 2;
+        find_poisoned_keys(p, b, kv, kb * plan.config.block_k,
+                           packed_keys(p, b, kb, plan.config.block_k), block_poison);
         if (plan.family != KernelFamily::f32)
           pack_block_pairs(p, plan, b, kv, kb, reinterpret_cast<std::uint16_t*>(k_dst),
-                         reinterpret_cast<std::uint16_t*>(v_dst));
+                           reinterpret_cast<std::uint16_t*>(v_dst), block_poison);
         else
           pack_block_f32(p, plan, b, kv, kb, reinterpret_cast<float*>(k_dst),
                          reinterpret_cast<float*>(v_dst), scratch.pack_rows.data(),
-                         scratch.pack_block.data());
+                         scratch.pack_block.data(), block_poison);
       }
 #pragma omp single
       {
         work.clear();
         for (std::int64_t local = 0; local < phase_pairs; ++local) {
+          const auto words = poison.begin() + local * plan.blocks * 2;
+          pair_poisoned[static_cast<std::size_t>(local)] =
+              std::any_of(words, words + plan.blocks * 2, [](std::uint64_t x) { return x != 0; });
           const std::int64_t pair = phase + local, b = pair / p.heads_kv;
           const std::int64_t kv_head = pair % p.heads_kv;
           for (std::int64_t t = 0; t < q_tiles; ++t) {
             WorkItem w{local, 0, t * block_q, std::min(p.len_q, (t + 1) * block_q), 0};
             std::int64_t block_begin = 0, block_end = 0;
-            row_ranges(p, plan.config.block_k, b, w.row_begin, w.row_end,
-                       scratch.key_first.data(), scratch.key_last.data(), block_begin, block_end);
+            row_ranges(p, plan.config.block_k, b, w.row_begin, w.row_end, scratch.key_first.data(),
+                       scratch.key_last.data(), block_begin, block_end);
             w.cost = block_end - block_begin;
             for (std::int64_t g = 0; g < p.heads_per_kv; ++g) {
               w.head = kv_head * p.heads_per_kv + g;
@@ -462,8 +514,11 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
       for (std::size_t w = 0; w < work.size(); ++w) {
         const WorkItem& item = work[w];
         const std::int64_t b = (phase + item.pair) / p.heads_kv;
+        const bool poisoned = pair_poisoned[static_cast<std::size_t>(item.pair)] != 0;
         run_tile(p, plan, k_base + item.pair * plan.k_head_elems * elem,
-                 v_base + item.pair * plan.v_head_elems * elem, b, item, scratch);
+                 v_base + item.pair * plan.v_head_elems * elem,
+                 poisoned ? poison.data() + item.pair * plan.blocks * 2 : nullptr, b, item,
+                 scratch);
       }
     }
   }

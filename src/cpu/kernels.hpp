@@ -31,14 +31,22 @@ struct TileJob {
   const void* v_packed;
   std::int64_t block_begin, block_end;  // key blocks to visit
 
+  // Keys whose K or V row holds a NaN or Inf, zeroed in the packed copy: two words per key
+  // block (bit c % 64 of word c / 64 for the block's key c), or nullptr when there are none.
+  // A row that sees such a key is poisoned (docs/semantics.md, "Non-finite values").
+  const std::uint64_t* key_poison;
+  // Per row, set by the kernel when the row sees a poisoned key; finish_tile then writes NaN
+  // to the row's out and lse. [block_q] scratch.
+  std::uint8_t* row_poison;
+
   // Keys visible to each row by causal/window/key length: [key_first[r], key_last[r]).
   const std::int64_t* key_first;
   const std::int64_t* key_last;
 
-  float scale;       // multiplier of q.k
-  float scale_log2;  // scale * log2(e): scores are kept in log2 units
-  float softcap;     // c > 0 enables s = c * tanh(s / c) on the natural-unit scaled score
-  float alibi_slope; // 0 = off; else subtract slope * |alibi_pos0 + r - j| (natural units)
+  float scale;        // multiplier of q.k
+  float scale_log2;   // scale * log2(e): scores are kept in log2 units
+  float softcap;      // c > 0 enables s = c * tanh(s / c) on the natural-unit scaled score
+  float alibi_slope;  // 0 = off; else subtract slope * |alibi_pos0 + r - j| (natural units)
   std::int64_t alibi_pos0;
 
   // Optional mask rows: element (r, j) is at mask[r * mask_stride_q + j * mask_stride_k].
@@ -57,10 +65,10 @@ struct TileJob {
   float* lse;  // [rows]
 
   // Scratch owned by the calling thread.
-  float* scores;     // [block_q][block_k]
-  float* row_max;    // [block_q]
-  float* row_sum;    // [block_q]
-  float* row_scale;  // [block_q]
+  float* scores;              // [block_q][block_k]
+  float* row_max;             // [block_q]
+  float* row_sum;             // [block_q]
+  float* row_scale;           // [block_q]
   std::uint16_t* probs_bf16;  // amx, bf16_dot: [block_q][block_k], rows beyond `rows` zero
 };
 

@@ -50,7 +50,9 @@ void modify_row(const TileJob& job, std::int64_t r, std::int64_t key0, bool need
     const std::int64_t begin = (first > key0 ? first : key0) - key0;
     if (job.additive_mask != nullptr) {
       const float* m = job.additive_mask + r * job.mask_stride_q + key0 * stride_k;
-      for (std::int64_t c = begin; c < end; ++c) row[c] += m[c * stride_k] * kLog2e;
+      // -inf masks the key whatever its score (an overflowed +inf score plus -inf would be NaN).
+      for (std::int64_t c = begin; c < end; ++c)
+        row[c] = m[c * stride_k] == kNegInf ? kNegInf : row[c] + m[c * stride_k] * kLog2e;
     } else {
       const std::uint8_t* m = job.bool_mask + r * job.mask_stride_q + key0 * stride_k;
       for (std::int64_t c = begin; c < end; ++c)
@@ -155,6 +157,7 @@ inline TileBounds begin_tile(const TileJob& job) {
   for (std::int64_t r = 0; r < job.rows; ++r) {
     job.row_max[r] = kNegInf;
     job.row_sum[r] = 0.0f;
+    job.row_poison[r] = 0;
     for (std::int64_t c = 0; c < job.dim_v_padded; ++c) job.out[r * job.dim_v_padded + c] = 0.0f;
     t.max_first = job.key_first[r] > t.max_first ? job.key_first[r] : t.max_first;
     t.min_last = job.key_last[r] < t.min_last ? job.key_last[r] : t.min_last;
@@ -162,6 +165,19 @@ inline TileBounds begin_tile(const TileJob& job) {
   t.has_mods = job.softcap > 0.0f || job.alibi_slope != 0.0f || job.scale_log2 <= 0.0f;
   t.has_mask = job.bool_mask != nullptr || job.additive_mask != nullptr;
   return t;
+}
+
+// Flags the rows that see one of the block's poisoned keys (whose packed K and V are zero, so
+// their scores are finite exactly where they are visible). In a plain block every row sees
+// every key; otherwise the masked scores are -inf by now.
+inline void mark_poisoned_rows(const TileJob& job, std::int64_t key0, bool plain) {
+  const std::uint64_t* words = job.key_poison + (key0 / kBlockK) * 2;
+  for (int w = 0; w < 2; ++w)
+    for (std::uint64_t bits = words[w]; bits != 0; bits &= bits - 1) {
+      const std::int64_t c = w * 64 + __builtin_ctzll(bits);
+      for (std::int64_t r = 0; r < job.rows; ++r)
+        if (plain || job.scores[r * kBlockK + c] != kNegInf) job.row_poison[r] = 1;
+    }
 }
 
 // Turns the raw scores of the block starting at key0 (job.scores, [rows][block_k]) into
@@ -174,6 +190,7 @@ inline void softmax_block(const TileJob& job, const TileBounds& t, std::int64_t 
   if (!plain)
     for (std::int64_t r = 0; r < job.rows; ++r)
       modify_row(job, r, key0, !interior, job.scores + r * kBlockK);
+  if (job.key_poison != nullptr) mark_poisoned_rows(job, key0, plain);
   softmax_rows(job, plain ? job.scale_log2 : 1.0f);
 }
 
@@ -182,8 +199,15 @@ inline void finish_tile(const TileJob& job) {
   const std::int64_t dvp = job.dim_v_padded;
   for (std::int64_t r = 0; r < job.rows; ++r) {
     const float sum = job.row_sum[r];
-    const VecF inv = splat(sum > 0.0f ? 1.0f / sum : 0.0f);
     float* o = job.out + r * dvp;
+    // A poisoned row, or one whose sum went NaN (a NaN or +inf score: f32 overflow), is NaN
+    // throughout; -inf stays "no key with weight".
+    if (job.row_poison[r] != 0 || sum != sum) {
+      for (std::int64_t c = 0; c < dvp; c += kLanes) store(o + c, splat(__builtin_nanf("")));
+      job.lse[r] = __builtin_nanf("");
+      continue;
+    }
+    const VecF inv = splat(sum > 0.0f ? 1.0f / sum : 0.0f);
     for (std::int64_t c = 0; c < dvp; c += kLanes) store(o + c, mul(load(o + c), inv));
     job.lse[r] = sum > 0.0f ? (job.row_max[r] + __builtin_log2f(sum)) * kLn2 : kNegInf;
   }

@@ -17,16 +17,17 @@ namespace tileattn::detail {
 // f16 <-> f32 for whole rows. With F16C (every ISA level from avx2 up) the hardware converts
 // eight at a time; the portable level uses the scalar conversion.
 #if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) inline void f16_to_f32_f16c(const std::uint16_t* src, float* dst,
-                                                          std::int64_t n) {
+__attribute__((target("avx,f16c"))) inline void f16_to_f32_f16c(const std::uint16_t* src,
+                                                                float* dst, std::int64_t n) {
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(dst + i,
                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
   for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
 }
-__attribute__((target("avx,f16c"))) inline void f32_to_f16_f16c(const float* src, std::uint16_t* dst,
-                                                          std::int64_t n) {
+__attribute__((target("avx,f16c"))) inline void f32_to_f16_f16c(const float* src,
+                                                                std::uint16_t* dst,
+                                                                std::int64_t n) {
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
@@ -37,8 +38,8 @@ __attribute__((target("avx,f16c"))) inline void f32_to_f16_f16c(const float* src
 
 // Returns `count` contiguous elements of storage type `dtype` as f32: a pointer into the source
 // for f32, else converted into `buffer`.
-inline const float* row_as_f32(const void* base, DType dtype, std::int64_t offset, std::int64_t count,
-                        float* buffer, bool f16c) {
+inline const float* row_as_f32(const void* base, DType dtype, std::int64_t offset,
+                               std::int64_t count, float* buffer, bool f16c) {
   switch (dtype) {
     case DType::f16: {
       const auto* src = static_cast<const std::uint16_t*>(base) + offset;
@@ -60,8 +61,29 @@ inline const float* row_as_f32(const void* base, DType dtype, std::int64_t offse
   }
 }
 
-inline void store_row(void* base, DType dtype, std::int64_t offset, std::int64_t count, const float* src,
-               bool f16c) {
+// Whether `count` contiguous elements of storage type `dtype` are all finite, read from their
+// bits (an all-ones exponent is Inf or NaN), so that no conversion is needed to decide.
+inline bool row_is_finite(const void* base, DType dtype, std::int64_t offset, std::int64_t count) {
+  std::uint32_t bad = 0;
+  if (dtype == DType::f32) {
+    const auto* src = static_cast<const std::uint32_t*>(base) + offset;
+    for (std::int64_t i = 0; i < count; ++i) bad |= (src[i] & 0x7f800000u) == 0x7f800000u;
+  } else {
+    const std::uint16_t exponent = dtype == DType::f16 ? 0x7c00u : 0x7f80u;
+    const auto* src = static_cast<const std::uint16_t*>(base) + offset;
+    for (std::int64_t i = 0; i < count; ++i) bad |= (src[i] & exponent) == exponent;
+  }
+  return bad == 0;
+}
+
+// A row of zeros that stands in for a poisoned (non-finite) input row in the packed copies:
+// its arithmetic stays finite, and the poisoned rows are set to NaN explicitly.
+inline constexpr std::int64_t kZeroRowLength = 256;  // the largest head dim
+alignas(64) inline constexpr float kZeroRowF32[kZeroRowLength] = {};
+alignas(64) inline constexpr std::uint16_t kZeroRow16[kZeroRowLength] = {};
+
+inline void store_row(void* base, DType dtype, std::int64_t offset, std::int64_t count,
+                      const float* src, bool f16c) {
   switch (dtype) {
     case DType::f16: {
       auto* dst = static_cast<std::uint16_t*>(base) + offset;

@@ -243,8 +243,9 @@ inline VecF vround(VecF a) {
 inline VecF pow2_int(VecF n) {
   VecF r;
   for (int i = 0; i < 8; ++i) {
-    const std::uint32_t bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(n.v[i]) + 127)
-                               << 23;
+    // A NaN n (from a NaN score) converts as 0: the polynomial factor carries the NaN.
+    const std::int32_t e = n.v[i] == n.v[i] ? static_cast<std::int32_t>(n.v[i]) : 0;
+    const std::uint32_t bits = static_cast<std::uint32_t>(e + 127) << 23;
     __builtin_memcpy(&r.v[i], &bits, sizeof bits);
   }
   return r;
@@ -312,7 +313,9 @@ inline VecF reduce_rows_add(const VecF* v) {
 // 2^x for x <= 0 (softmax arguments): Taylor/minimax polynomial on the fraction, exact 0 for
 // x <= -127 and for -inf. Relative error about 2e-7.
 inline VecF exp2_nonpositive(VecF x) {
-  x = vmax(x, splat(-127.0f));
+  // The clamp keeps a NaN (the max returns its second operand when either is NaN), so that a
+  // NaN score gives a NaN probability and its row is caught at the tile's end.
+  x = vmax(splat(-127.0f), x);
   const VecF n = vround(x);
   const VecF f = sub(x, n);  // [-0.5, 0.5]
   VecF p = splat(1.5403530e-4f);

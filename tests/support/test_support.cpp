@@ -358,6 +358,13 @@ LseStats compare_lse(const std::vector<float>& got, const std::vector<float>& re
 
 namespace {
 
+// The modified score of (i, j), or -inf where the key is not visible to the row.
+float masked_score(const detail::AttnParams& p, std::int64_t b, std::int64_t h, std::int64_t i,
+                   std::int64_t j, float dot) {
+  return detail::key_visible(p, b, h, i, j) ? detail::modified_score<float>(p, b, h, i, j, dot)
+                                            : -std::numeric_limits<float>::infinity();
+}
+
 // 0 for a dropped element, 1 / (1 - p) for a kept one, 1 without dropout.
 float dropout_factor(const detail::AttnParams& p, std::int64_t b, std::int64_t h, std::int64_t i,
                      std::int64_t j) {
@@ -419,7 +426,7 @@ NaiveGradients naive_attention_backward(const AttentionBackwardArgs& args,
           float dot = 0.0f;
           for (std::int64_t d = 0; d < D; ++d) dot += x.q[i * D + d] * x.k[j * D + d];
           dot = round_to(st, dot);
-          prob[j] = round_to(st, detail::modified_score<float>(p, b, h, i, j, dot));
+          prob[j] = round_to(st, masked_score(p, b, h, i, j, dot));
           row_max = std::max(row_max, prob[j]);
           const float t = p.softcap > 0.0f ? std::tanh(p.scale * dot / p.softcap) : 0.0f;
           dscore[j] = p.scale * (1.0f - t * t);
@@ -499,7 +506,7 @@ NaiveResult naive_attention(const AttentionArgs& args) {
           float dot = 0.0f;
           for (std::int64_t d = 0; d < D; ++d) dot += q[i * D + d] * k[j * D + d];
           const float score =
-              round_to(st, detail::modified_score<float>(p, b, h, i, j, round_to(st, dot)));
+              round_to(st, masked_score(p, b, h, i, j, round_to(st, dot)));
           s[j] = score;
           row_max = std::max(row_max, score);
         }
