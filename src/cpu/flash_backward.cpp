@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/score_mods.hpp"
 #include "common/threads.hpp"
 #include "cpu/aligned_buffer.hpp"
 #include "cpu/backward_kernels.hpp"
@@ -88,9 +89,9 @@ struct KBlock {
 };
 KBlock k_block_at(const Layout& g, float* base) {
   KBlock b;
-  b.k_t = base;                          // [D][block_k]
-  b.k_rows = b.k_t + g.D * kBlockK;      // [block_k][Dp]
-  b.v_t = b.k_rows + kBlockK * g.Dp;     // [Dv][block_k]
+  b.k_t = base;                       // [D][block_k]
+  b.k_rows = b.k_t + g.D * kBlockK;   // [block_k][Dp]
+  b.v_t = b.k_rows + kBlockK * g.Dp;  // [Dv][block_k]
   return b;
 }
 
@@ -113,16 +114,19 @@ struct DqGate {
       return;
     }
     for (int spins = 0; gate->next->load(std::memory_order_acquire) != gate->kb; ++spins)
-      if (spins > 64) std::this_thread::yield();  // the owner of the previous block may be descheduled
+      if (spins > 64)
+        std::this_thread::yield();  // the owner of the previous block may be descheduled
   }
 };
 
 struct Scratch {
   AlignedVector<float> probs, dprobs, dropped, softcap_grad, dk, dv, dq, rows, out_row;
   std::vector<const float*> row_ptrs;
+  std::vector<std::uint8_t> key_nan;  // per key of a block: its dk and dv are NaN
   explicit Scratch(const Layout& g) {
     const auto n = [](std::int64_t x) { return static_cast<std::size_t>(x); };
-    for (auto* v : {&probs, &dprobs, &dropped, &softcap_grad}) v->assign(n(kBlockQ * kBlockK), 0.0f);
+    for (auto* v : {&probs, &dprobs, &dropped, &softcap_grad})
+      v->assign(n(kBlockQ * kBlockK), 0.0f);
     dk.resize(n(kBlockK * g.Dp));
     dv.resize(n(kBlockK * g.Dvp));
     dq.resize(n(kBlockQ * g.Dp));
@@ -173,6 +177,10 @@ class Backward {
                                                 std::max<std::int64_t>(pairs, 1));
     reserve_floats(buffers_.packed, static_cast<std::size_t>(pairs_per_phase_ * g_.pair_floats));
     first_.resize(static_cast<std::size_t>(pairs_per_phase_ * g_.q_tiles * kBlockQ));
+    const auto tiles = static_cast<std::size_t>(pairs_per_phase_ * g_.group * g_.q_tiles);
+    row_poison_.resize(tiles * static_cast<std::size_t>(kBlockQ));
+    tile_poisoned_.resize(tiles);
+    key_poison_.resize(static_cast<std::size_t>(pairs_per_phase_ * g_.k_blocks * 2));
     last_.resize(first_.size());
     ranges_.resize(static_cast<std::size_t>(pairs_per_phase_ * g_.q_tiles));
     if (p.deterministic) {
@@ -198,7 +206,9 @@ class Backward {
   }
 
  private:
-  std::int64_t batch_of(std::int64_t pair) const { return pair / p_.heads_kv; }
+  std::int64_t batch_of(std::int64_t pair) const {
+    return pair / p_.heads_kv;
+  }
   float* pair_base(std::int64_t local) const {
     return buffers_.packed.data() + local * g_.pair_floats;
   }
@@ -225,6 +235,11 @@ class Backward {
 #pragma omp for schedule(static)
     for (std::int64_t item = 0; item < count * g_.k_blocks; ++item)
       pack_k_block(phase, item / g_.k_blocks, item % g_.k_blocks, s);
+      // Rows that see a poisoned key are poisoned too (needs every tile and block packed).
+#pragma omp for schedule(static)
+    for (std::int64_t item = 0; item < q_items; ++item)
+      poison_rows_seeing_keys(phase, item / (g_.group * g_.q_tiles), item / g_.q_tiles % g_.group,
+                              item % g_.q_tiles);
 
 #pragma omp single
     {
@@ -244,8 +259,9 @@ class Backward {
         for (std::size_t t = 0; t < tiles; ++t) {
           const std::int64_t local = static_cast<std::int64_t>(t) / (g_.group * g_.q_tiles);
           const std::int64_t tile = static_cast<std::int64_t>(t) % g_.q_tiles;
-          next_kb_[t].store(ranges_[static_cast<std::size_t>(local * g_.q_tiles + tile)].block_begin,
-                            std::memory_order_relaxed);
+          next_kb_[t].store(
+              ranges_[static_cast<std::size_t>(local * g_.q_tiles + tile)].block_begin,
+              std::memory_order_relaxed);
         }
         next_item_.store(0, std::memory_order_relaxed);
       } else {
@@ -275,8 +291,7 @@ class Backward {
       const std::int64_t local = item / (g_.group * g_.q_tiles);
       const std::int64_t member = item / g_.q_tiles % g_.group, tile = item % g_.q_tiles;
       if (p_.deterministic)
-        store_dq(phase, local, member, tile,
-                 shared_dq_.data() + item * kBlockQ * g_.Dp, s);
+        store_dq(phase, local, member, tile, shared_dq_.data() + item * kBlockQ * g_.Dp, s);
       else
         reduce_dq_tile(phase, local, member, tile, s);
     }
@@ -326,18 +341,28 @@ class Backward {
       std::fill(do_row, do_row + g_.Dvp, 0.0f);
       t.lse_log2[r] = std::numeric_limits<float>::infinity();  // P = 0 on padding rows
       t.delta[r] = 0.0f;
-      if (i < p_.len_q) {
-        std::copy_n(row_as_f32(p_.q, p_.dtype,
-                               b * p_.q_stride_b + i * p_.q_stride_l + h * p_.q_stride_h, D,
-                               buffer, f16c_),
-                    D, q_row);
+      row_poison_[tile_index(local, member, tile) * kBlockQ + static_cast<std::size_t>(r)] = 0;
+      if (r == 0) tile_poisoned_[tile_index(local, member, tile)] = 0;
+      const bool fully_masked =
+          i < p_.len_q && p_.lse[b * p_.lse_stride_b + h * p_.lse_stride_h + i * p_.lse_stride_l] ==
+                              -std::numeric_limits<float>::infinity();
+      if (fully_masked) {
+        // No key sees it: packed as zeros with P = 0 (its q and dout may hold anything).
+      } else if (i < p_.len_q && poisoned_input_row(b, h, i)) {
+        // Packed as a fully masked row (P = 0); its gradients are set to NaN explicitly.
+        mark_row_poisoned(local, member, tile, r);
+      } else if (i < p_.len_q) {
+        std::copy_n(
+            row_as_f32(p_.q, p_.dtype, b * p_.q_stride_b + i * p_.q_stride_l + h * p_.q_stride_h, D,
+                       buffer, f16c_),
+            D, q_row);
         std::copy_n(row_as_f32(p_.dout, p_.dout_dtype,
                                b * p_.do_stride_b + i * p_.do_stride_l + h * p_.do_stride_h, Dv,
                                buffer, f16c_),
                     Dv, do_row);
         const float* out = row_as_f32(p_.out, p_.out_dtype,
-                                      b * p_.o_stride_b + i * p_.o_stride_l + h * p_.o_stride_h,
-                                      Dv, buffer, f16c_);
+                                      b * p_.o_stride_b + i * p_.o_stride_l + h * p_.o_stride_h, Dv,
+                                      buffer, f16c_);
         float delta = 0.0f;
         for (std::int64_t d = 0; d < Dv; ++d) delta += do_row[d] * out[d];
         t.delta[r] = delta;
@@ -363,17 +388,108 @@ class Backward {
       float* k_row = k.k_rows + c * g_.Dp;
       std::fill(k_row, k_row + g_.Dp, 0.0f);
       const float* v_row = nullptr;
-      if (j < p_.len_k) {
-        std::copy_n(row_as_f32(p_.k, p_.dtype,
-                               b * p_.k_stride_b + j * p_.k_stride_l + kv * p_.k_stride_h, D,
-                               buffer, f16c_),
-                    D, k_row);
-        v_row = row_as_f32(p_.v, p_.dtype,
-                           b * p_.v_stride_b + j * p_.v_stride_l + kv * p_.v_stride_h, Dv,
-                           buffer + g_.max_width, f16c_);
+      if (c == 0) {
+        std::uint64_t* poison =
+            &key_poison_[static_cast<std::size_t>((local * g_.k_blocks + kb) * 2)];
+        poison[0] = poison[1] = 0;
+      }
+      // Keys beyond the valid key length are masked for every row: never read. A key whose K or
+      // V is not finite is packed as zeros and flagged.
+      const bool packed = j < p_.key_length(b);
+      if (packed &&
+          (!row_is_finite(p_.k, p_.dtype,
+                          b * p_.k_stride_b + j * p_.k_stride_l + kv * p_.k_stride_h, D) ||
+           !row_is_finite(p_.v, p_.dtype,
+                          b * p_.v_stride_b + j * p_.v_stride_l + kv * p_.v_stride_h, Dv))) {
+        key_poison_[static_cast<std::size_t>((local * g_.k_blocks + kb) * 2 + c / 64)] |=
+            std::uint64_t{1} << (c % 64);
+      } else if (packed) {
+        std::copy_n(
+            row_as_f32(p_.k, p_.dtype, b * p_.k_stride_b + j * p_.k_stride_l + kv * p_.k_stride_h,
+                       D, buffer, f16c_),
+            D, k_row);
+        v_row =
+            row_as_f32(p_.v, p_.dtype, b * p_.v_stride_b + j * p_.v_stride_l + kv * p_.v_stride_h,
+                       Dv, buffer + g_.max_width, f16c_);
       }
       for (std::int64_t d = 0; d < D; ++d) k.k_t[d * kBlockK + c] = k_row[d];
       for (std::int64_t d = 0; d < Dv; ++d) k.v_t[d * kBlockK + c] = v_row ? v_row[d] : 0.0f;
+    }
+  }
+
+  // Whether query row i's inputs make it poisoned (docs/semantics.md, "Non-finite values"): a
+  // row with a visible key (its lse is not -inf) whose q, dout or out is not finite, or whose
+  // lse is NaN or +inf.
+  bool poisoned_input_row(std::int64_t b, std::int64_t h, std::int64_t i) const {
+    const float lse = p_.lse[b * p_.lse_stride_b + h * p_.lse_stride_h + i * p_.lse_stride_l];
+    if (lse == -std::numeric_limits<float>::infinity()) return false;
+    return !(lse < std::numeric_limits<float>::infinity()) ||
+           !row_is_finite(p_.q, p_.dtype, b * p_.q_stride_b + i * p_.q_stride_l + h * p_.q_stride_h,
+                          g_.D) ||
+           !row_is_finite(p_.dout, p_.dout_dtype,
+                          b * p_.do_stride_b + i * p_.do_stride_l + h * p_.do_stride_h, g_.Dv) ||
+           !row_is_finite(p_.out, p_.out_dtype,
+                          b * p_.o_stride_b + i * p_.o_stride_l + h * p_.o_stride_h, g_.Dv);
+  }
+
+  std::size_t tile_index(std::int64_t local, std::int64_t member, std::int64_t tile) const {
+    return static_cast<std::size_t>((local * g_.group + member) * g_.q_tiles + tile);
+  }
+
+  // Packs row r of a query tile as a fully masked row (zeros, P = 0) and flags it.
+  void mark_row_poisoned(std::int64_t local, std::int64_t member, std::int64_t tile,
+                         std::int64_t r) {
+    const std::size_t index = tile_index(local, member, tile);
+    row_poison_[index * kBlockQ + static_cast<std::size_t>(r)] = 1;
+    tile_poisoned_[index] = 1;
+    const QTile t = q_tile_at(g_, q_tile_base(local, member, tile));
+    std::fill(t.q_rows + r * g_.Dp, t.q_rows + (r + 1) * g_.Dp, 0.0f);
+    std::fill(t.dout_rows + r * g_.Dvp, t.dout_rows + (r + 1) * g_.Dvp, 0.0f);
+    const std::int64_t group0 = r / q_group_ * q_group_, in_group = r % q_group_;
+    for (std::int64_t d = 0; d < g_.D; ++d) t.q_t[group0 * g_.D + in_group + d * q_group_] = 0.0f;
+    for (std::int64_t d = 0; d < g_.Dv; ++d)
+      t.dout_t[group0 * g_.Dv + in_group + d * q_group_] = 0.0f;
+    t.lse_log2[r] = std::numeric_limits<float>::infinity();
+    t.delta[r] = 0.0f;
+  }
+
+  const std::uint64_t* key_poison(std::int64_t local, std::int64_t kb) const {
+    return &key_poison_[static_cast<std::size_t>((local * g_.k_blocks + kb) * 2)];
+  }
+
+  void poison_rows_seeing_keys(std::int64_t phase, std::int64_t local, std::int64_t member,
+                               std::int64_t tile) {
+    const std::int64_t pair = phase + local, b = batch_of(pair);
+    const std::int64_t h = pair % p_.heads_kv * g_.group + member;
+    const TileRange& range = ranges_[static_cast<std::size_t>(local * g_.q_tiles + tile)];
+    const std::size_t index = tile_index(local, member, tile);
+    for (std::int64_t kb = range.block_begin; kb < range.block_end; ++kb) {
+      const std::uint64_t* words = key_poison(local, kb);
+      for (int w = 0; w < 2; ++w)
+        for (std::uint64_t bits = words[w]; bits != 0; bits &= bits - 1) {
+          const std::int64_t j = kb * kBlockK + w * 64 + __builtin_ctzll(bits);
+          for (std::int64_t r = 0; r < tile_rows(tile); ++r)
+            if (row_poison_[index * kBlockQ + static_cast<std::size_t>(r)] == 0 &&
+                key_visible(p_, b, h, tile * kBlockQ + r, j))
+              mark_row_poisoned(local, member, tile, r);
+        }
+    }
+  }
+
+  // Flags in key_nan the keys of block kb that a poisoned row of the tile sees.
+  void keys_seen_by_poisoned_rows(std::int64_t phase, std::int64_t local, std::int64_t member,
+                                  std::int64_t tile, std::int64_t kb,
+                                  std::vector<std::uint8_t>& key_nan) const {
+    const std::size_t index = tile_index(local, member, tile);
+    if (tile_poisoned_[index] == 0) return;
+    const std::int64_t pair = phase + local, b = batch_of(pair);
+    const std::int64_t h = pair % p_.heads_kv * g_.group + member;
+    const std::int64_t keys = std::min(kBlockK, p_.len_k - kb * kBlockK);
+    for (std::int64_t r = 0; r < tile_rows(tile); ++r) {
+      if (row_poison_[index * kBlockQ + static_cast<std::size_t>(r)] == 0) continue;
+      for (std::int64_t c = 0; c < keys; ++c)
+        if (key_visible(p_, b, h, tile * kBlockQ + r, kb * kBlockK + c))
+          key_nan[static_cast<std::size_t>(c)] = 1;
     }
   }
 
@@ -406,7 +522,8 @@ class Backward {
     m.alibi_slope = p_.alibi_slope(b, h);
     m.alibi_pos0 = row0 + p_.key_length(b) - p_.len_q;
     if (p_.mask != nullptr) {
-      const std::int64_t offset = b * p_.mask_stride_b + h * p_.mask_stride_h + row0 * p_.mask_stride_q;
+      const std::int64_t offset =
+          b * p_.mask_stride_b + h * p_.mask_stride_h + row0 * p_.mask_stride_q;
       if (p_.mask_dtype == DType::boolean)
         m.bool_mask = static_cast<const std::uint8_t*>(p_.mask) + offset;
       else
@@ -442,7 +559,8 @@ class Backward {
 
   void reduce_dq_tile(std::int64_t phase, std::int64_t local, std::int64_t member,
                       std::int64_t tile, Scratch& s) const {
-    const std::size_t index = static_cast<std::size_t>((local * g_.group + member) * g_.q_tiles + tile);
+    const std::size_t index =
+        static_cast<std::size_t>((local * g_.group + member) * g_.q_tiles + tile);
     const std::size_t floats = static_cast<std::size_t>(kBlockQ * g_.Dp);
     std::fill(s.dq.begin(), s.dq.end(), 0.0f);
     for (std::size_t t = 0; t < touched_.size(); ++t) {  // thread order
@@ -457,9 +575,16 @@ class Backward {
                 const float* acc, Scratch& s) const {
     const std::int64_t pair = phase + local, b = batch_of(pair);
     const std::int64_t h = pair % p_.heads_kv * g_.group + member;
-    store_rows(p_.dq, p_.dq_dtype,
-               b * p_.dq_stride_b + tile * kBlockQ * p_.dq_stride_l + h * p_.dq_stride_h,
-               p_.dq_stride_l, tile_rows(tile), g_.D, acc, g_.Dp, p_.scale, s);
+    const std::int64_t offset0 =
+        b * p_.dq_stride_b + tile * kBlockQ * p_.dq_stride_l + h * p_.dq_stride_h;
+    store_rows(p_.dq, p_.dq_dtype, offset0, p_.dq_stride_l, tile_rows(tile), g_.D, acc, g_.Dp,
+               p_.scale, s);
+    const std::size_t index = tile_index(local, member, tile);
+    if (tile_poisoned_[index] == 0) return;
+    std::fill(s.out_row.begin(), s.out_row.end(), std::numeric_limits<float>::quiet_NaN());
+    for (std::int64_t r = 0; r < tile_rows(tile); ++r)
+      if (row_poison_[index * kBlockQ + static_cast<std::size_t>(r)] != 0)
+        store_row(p_.dq, p_.dq_dtype, offset0 + r * p_.dq_stride_l, g_.D, s.out_row.data(), f16c_);
   }
 
   const AttnBackwardParams& p_;
@@ -470,8 +595,12 @@ class Backward {
   const int threads_;
   std::int64_t pairs_per_phase_ = 1;
   BackwardBuffers& buffers_ = backward_buffers();  // the packed pairs, the dq partials
-  std::vector<std::int64_t> first_, last_;  // per packed query row: its visible keys
-  std::vector<TileRange> ranges_;           // per (pair, query tile)
+  std::vector<std::int64_t> first_, last_;         // per packed query row: its visible keys
+  std::vector<TileRange> ranges_;                  // per (pair, query tile)
+  // Poisoned rows (per packed query row and, summarised, per query tile) and keys (two words
+  // per key block) of the phase: docs/semantics.md, "Non-finite values".
+  std::vector<std::uint8_t> row_poison_, tile_poisoned_;
+  std::vector<std::uint64_t> key_poison_;
   std::vector<Item> work_;
   // Deterministic mode: dq of every query tile of the phase, and per tile the key block whose
   // contribution is due next; items are handed out by next_item_.
@@ -515,6 +644,18 @@ void Backward::key_block(std::int64_t phase, const Item& item, Scratch& s) {
   const std::int64_t pair = phase + item.local, b = batch_of(pair), kv = pair % p_.heads_kv;
   const std::int64_t key0 = item.kb * kBlockK;
   const std::int64_t keys = std::min(kBlockK, p_.len_k - key0);
+  // dk and dv of the keys that a poisoned row sees are NaN.
+  s.key_nan.assign(static_cast<std::size_t>(kBlockK), 0);
+  for (std::int64_t member = 0; member < g_.group; ++member)
+    for (std::int64_t tile = 0; tile < g_.q_tiles; ++tile)
+      if (sees(item.local, tile, item.kb))
+        keys_seen_by_poisoned_rows(phase, item.local, member, tile, item.kb, s.key_nan);
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  for (std::int64_t c = 0; c < keys; ++c)
+    if (s.key_nan[static_cast<std::size_t>(c)] != 0) {
+      std::fill(s.dk.begin() + c * g_.Dp, s.dk.begin() + (c + 1) * g_.Dp, kNaN);
+      std::fill(s.dv.begin() + c * g_.Dvp, s.dv.begin() + (c + 1) * g_.Dvp, kNaN);
+    }
   store_rows(p_.dk, p_.dk_dtype, b * p_.dk_stride_b + key0 * p_.dk_stride_l + kv * p_.dk_stride_h,
              p_.dk_stride_l, keys, g_.D, s.dk.data(), g_.Dp, p_.scale, s);
   store_rows(p_.dv, p_.dv_dtype, b * p_.dv_stride_b + key0 * p_.dv_stride_l + kv * p_.dv_stride_h,

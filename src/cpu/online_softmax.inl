@@ -123,6 +123,24 @@ inline void softmax_rows(const TileJob& job, float multiplier) {
     store(neg_base + r0, sub(zero(), base));
   }
 
+  // Folding the multiplier into the exponent's FMA rounds the product differently from the
+  // maximum's, by up to half an ulp of the score: beyond ~2^20 that exceeds what exp2 can take
+  // (scores of 1e20 gave Inf). Such blocks are scaled first, with the maximum's own rounding.
+  // (Rows with nothing visible have base -FLT_MAX, which is excluded.)
+  bool huge = false;
+  if (multiplier != 1.0f)
+    for (int r = 0; r < rows; ++r) {
+      const float magnitude = __builtin_fabsf(neg_base[r]);
+      huge |= magnitude > 0x1p20f && magnitude < __FLT_MAX__;
+    }
+  if (huge) {
+    for (int r = 0; r < rows; ++r) {
+      float* row = job.scores + r * kBlockK;
+      for (std::int64_t c = 0; c < kBlockK; c += kLanes)
+        store(row + c, mul(load(row + c), splat(multiplier)));
+    }
+    multiplier = 1.0f;
+  }
   const VecF scale = splat(multiplier);
   VecF sums[kMaxRowGroups * kLanes];
   for (int r = 0; r < rows; ++r) {

@@ -1,0 +1,287 @@
+// Non-finite inputs on the CPU backend, checked against the reference's rules
+// (docs/semantics.md, "Non-finite values"): a key that no row may see contributes nothing
+// whatever its K and V hold, and a NaN or Inf in a visible element makes exactly the rows that
+// see it NaN (out and lse), and in the backward their dq and the dk, dv of every key they see.
+//
+// The poison goes into every masked-position class (beyond key_lengths, a boolean mask, the
+// causal band in both alignments, a window, -inf in an additive mask) in full and in partial key
+// blocks, and into random visible keys, queries and incoming gradients.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "api/score_mods.hpp"
+#include "api/validate.hpp"
+#include "attention_case.hpp"
+
+namespace tileattn::test {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+enum class Poison : std::uint8_t {
+  masked_keys,  // only keys that no row of any head of their group may see: results unchanged
+  anywhere,     // random keys, query rows (and, backward, dout rows), visible or not
+};
+const char* to_string(Poison p) {
+  return p == Poison::masked_keys ? "masked_keys" : "anywhere";
+}
+
+float garbage(Rng& rng, bool finite_too) {
+  switch (std::uniform_int_distribution<int>(0, finite_too ? 3 : 2)(rng)) {
+    case 0: return kNaN;
+    case 1: return kInf;
+    case 2: return -kInf;
+    default: return 3.0e38f;  // finite garbage (bf16 and f16 storage round it to Inf)
+  }
+}
+
+// Element offsets of logical [B, L, H, D] operands.
+std::int64_t at(std::int64_t b, std::int64_t l, std::int64_t h, std::int64_t d, std::int64_t L,
+                std::int64_t H, std::int64_t D) {
+  return ((b * L + l) * H + h) * D + d;
+}
+
+// Poisons the problem's inputs; `dout` (backward) may be null.
+void poison_inputs(Problem& pb, HostTensor* dout, Poison mode, Rng& rng) {
+  const Case& c = pb.c;
+  HostTensor out = pb.make_out();
+  const detail::AttnParams prm = detail::validate_forward(pb.args(out, nullptr));
+  std::bernoulli_distribution pick(mode == Poison::masked_keys ? 0.5 : 0.06);
+  std::uniform_int_distribution<std::int64_t> dim(0, c.D - 1), dim_v(0, pb.Dv - 1);
+  const std::int64_t group = c.Hq / c.Hkv;
+  for (std::int64_t b = 0; b < c.B; ++b)
+    for (std::int64_t hk = 0; hk < c.Hkv; ++hk)
+      for (std::int64_t j = 0; j < c.Lk; ++j) {
+        if (mode == Poison::masked_keys) {
+          bool seen = false;
+          for (std::int64_t h = hk * group; h < (hk + 1) * group && !seen; ++h)
+            for (std::int64_t i = 0; i < c.Lq && !seen; ++i)
+              seen = detail::key_visible(prm, b, h, i, j);
+          if (seen || !pick(rng)) continue;
+          for (std::int64_t d = 0; d < c.D; ++d)
+            pb.k.set(at(b, j, hk, d, c.Lk, c.Hkv, c.D), garbage(rng, true));
+          for (std::int64_t d = 0; d < pb.Dv; ++d)
+            pb.v.set(at(b, j, hk, d, c.Lk, c.Hkv, pb.Dv), garbage(rng, true));
+          continue;
+        }
+        if (!pick(rng)) continue;
+        if (std::bernoulli_distribution(0.5)(rng))
+          pb.k.set(at(b, j, hk, dim(rng), c.Lk, c.Hkv, c.D), garbage(rng, false));
+        else
+          pb.v.set(at(b, j, hk, dim_v(rng), c.Lk, c.Hkv, pb.Dv), garbage(rng, false));
+      }
+  if (mode != Poison::anywhere) return;
+  std::bernoulli_distribution pick_row(0.04);
+  for (std::int64_t b = 0; b < c.B; ++b)
+    for (std::int64_t h = 0; h < c.Hq; ++h)
+      for (std::int64_t i = 0; i < c.Lq; ++i) {
+        if (pick_row(rng)) pb.q.set(at(b, i, h, dim(rng), c.Lq, c.Hq, c.D), garbage(rng, false));
+        if (dout != nullptr && pick_row(rng))
+          dout->set(at(b, i, h, dim_v(rng), c.Lq, c.Hq, pb.Dv), garbage(rng, false));
+      }
+}
+
+// got against ref: NaN exactly where ref is NaN, -inf exactly where ref is -inf, and the finite
+// elements within tol * max|ref| (+ abs_eps).
+void expect_matches(const std::vector<float>& got, const std::vector<float>& ref, double tol,
+                    double abs_eps, const char* what) {
+  ASSERT_EQ(got.size(), ref.size());
+  double ref_max = 0.0;
+  for (float r : ref)
+    if (std::isfinite(r)) ref_max = std::max(ref_max, static_cast<double>(std::fabs(r)));
+  std::int64_t nan_mismatch = 0, inf_mismatch = 0, far = 0, ref_nan = 0;
+  std::string first;
+  for (std::size_t n = 0; n < got.size(); ++n) {
+    const float g = got[n], r = ref[n];
+    ref_nan += std::isnan(r) ? 1 : 0;
+    std::string problem;
+    if (std::isnan(r) != std::isnan(g)) {
+      ++nan_mismatch;
+      problem = "NaN mismatch";
+    } else if (std::isnan(r)) {
+      continue;
+    } else if (std::isinf(r) || std::isinf(g)) {
+      if (r != g) {
+        ++inf_mismatch;
+        problem = "inf mismatch";
+      }
+    } else if (std::fabs(static_cast<double>(g) - r) > tol * ref_max + abs_eps) {
+      ++far;
+      problem = "far";
+    }
+    if (!problem.empty() && first.empty())
+      first = problem + " at " + std::to_string(n) + ": got " + std::to_string(g) + ", ref " +
+              std::to_string(r);
+  }
+  EXPECT_EQ(nan_mismatch + inf_mismatch + far, 0)
+      << what << ": " << nan_mismatch << " NaN mismatches, " << inf_mismatch << " inf mismatches, "
+      << far << " beyond tolerance (ref has " << ref_nan << " NaN of " << ref.size()
+      << "); first: " << first;
+}
+
+CaseList poison_cases() {
+  CaseList l;
+  // Keys beyond key_lengths: lengths 0, 3, 299 of 300 and the full 300 (partial and whole
+  // blocks behind the length).
+  l.add("key_lengths",
+        [](Case& c) { c.B = 4, c.Lq = 37, c.Lk = 300, c.key_lengths = KeyLengths::i32; });
+  l.add("key_lengths_causal_top_left", [](Case& c) {
+    c.B = 4, c.Lq = 70, c.Lk = 300, c.key_lengths = KeyLengths::i64, c.causal = true;
+    c.alignment = Alignment::top_left;
+  });
+  l.add("bool_mask_key_padding",
+        [](Case& c) { c.B = 2, c.Lq = 33, c.Lk = 150, c.mask = MaskKind::bool_key_padding; });
+  l.add("bool_mask_2d", [](Case& c) { c.Lq = 45, c.Lk = 140, c.mask = MaskKind::bool_2d; });
+  l.add("bool_mask_full_gqa", [](Case& c) {
+    c.B = 2, c.Lq = 20, c.Lk = 90, c.Hq = 4, c.Hkv = 2, c.mask = MaskKind::bool_full;
+  });
+  l.add("additive_mask", [](Case& c) { c.Lq = 40, c.Lk = 130, c.mask = MaskKind::additive_full; });
+  l.add("causal_bottom_right", [](Case& c) { c.Lq = c.Lk = 200, c.causal = true; });
+  l.add("causal_top_left_short_q",
+        [](Case& c) { c.Lq = 50, c.Lk = 260, c.causal = true, c.alignment = Alignment::top_left; });
+  l.add("causal_long_q", [](Case& c) { c.Lq = 150, c.Lk = 70, c.causal = true; });
+  l.add("window", [](Case& c) { c.Lq = c.Lk = 230, c.window_left = 40, c.window_right = 7; });
+  l.add("mods_key_lengths", [](Case& c) {
+    c.B = 3, c.Lq = 30, c.Lk = 170, c.key_lengths = KeyLengths::i32, c.softcap = 4.0f;
+    c.alibi = Alibi::heads, c.causal = true;
+  });
+  l.add("dropout_causal", [](Case& c) { c.Lq = c.Lk = 150, c.causal = true, c.dropout = 0.2f; });
+  l.add("padded_layout_dv", [](Case& c) {
+    c.Lq = 40, c.Lk = 100, c.Dv = 24, c.layout = Layout::padded, c.mask = MaskKind::bool_3d;
+  });
+  for (Case& c : l.cases) c.out = OutDType::f32;
+  return l;
+}
+
+class CpuNonFinite : public testing::TestWithParam<Case> {};
+
+std::vector<CpuIsa> supported_isas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa :
+       {CpuIsa::amx_bf16, CpuIsa::avx512_bf16, CpuIsa::avx512, CpuIsa::avx2, CpuIsa::portable})
+    if (isa_supported(isa)) isas.push_back(isa);
+  return isas;
+}
+
+TEST_P(CpuNonFinite, ForwardMatchesReferenceRules) {
+  TILEATTN_TRACE_SEED();
+  const Case& c = GetParam();
+  Rng rng = make_rng();
+  for (Poison mode : {Poison::masked_keys, Poison::anywhere})
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      SCOPED_TRACE(std::string(to_string(mode)) + " " + to_string(dtype));
+      Problem pb(c, dtype, rng);
+      const HostTensor clean_out = pb.make_out(), clean_lse = pb.make_lse();
+      if (mode == Poison::masked_keys)
+        attention_forward(pb.args(clean_out, &clean_lse), {Backend::reference, 2});
+      poison_inputs(pb, nullptr, mode, rng);
+      const HostTensor ref_out = pb.make_out(), ref_lse = pb.make_lse();
+      attention_forward(pb.args(ref_out, &ref_lse), {Backend::reference, 2});
+      if (mode == Poison::masked_keys) {  // the oracle itself: poison behind masks changes nothing
+        EXPECT_EQ(ref_out.bytes(), clean_out.bytes());
+        EXPECT_EQ(ref_lse.bytes(), clean_lse.bytes());
+      }
+      const double tol = dtype == DType::f32 ? 1e-5 : 3e-2;
+      for (CpuIsa isa : supported_isas()) {
+        SCOPED_TRACE(to_string(isa));
+        HostTensor out = pb.make_out(), lse = pb.make_lse();
+        Context ctx;
+        ctx.backend = Backend::cpu;
+        ctx.threads = 2;
+        ctx.cpu_isa = isa;
+        attention_forward(pb.args(out, &lse), ctx);
+        expect_matches(out.to_f32(), ref_out.to_f32(), tol, 1e-6, "out");
+        expect_matches(lse.to_f32(), ref_lse.to_f32(), tol, 1e-4, "lse");
+      }
+    }
+}
+
+TEST_P(CpuNonFinite, BackwardMatchesReferenceRules) {
+  TILEATTN_TRACE_SEED();
+  const Case& c = GetParam();
+  Rng rng = make_rng();
+  for (Poison mode : {Poison::masked_keys, Poison::anywhere})
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(to_string(mode)) + " " + to_string(dtype));
+      Problem pb(c, dtype, rng);
+      HostTensor dout = HostTensor::operand(dtype, c.B, c.Lq, c.Hq, pb.Dv, c.layout);
+      dout.fill_normal(rng);
+      poison_inputs(pb, &dout, mode, rng);
+      const auto gradients = [&](Backend backend, CpuIsa isa) {
+        HostTensor out = pb.make_out(), lse = pb.make_lse();
+        Context ctx;
+        ctx.backend = backend;
+        ctx.threads = 2;
+        ctx.cpu_isa = isa;
+        AttentionBackwardArgs g;
+        static_cast<AttentionArgs&>(g) = pb.args(out, &lse);
+        attention_forward(g, ctx);
+        g.dout = dout.view();
+        std::vector<HostTensor> grads = {
+            HostTensor::operand(DType::f32, c.B, c.Lq, c.Hq, c.D, c.layout),
+            HostTensor::operand(DType::f32, c.B, c.Lk, c.Hkv, c.D, c.layout),
+            HostTensor::operand(DType::f32, c.B, c.Lk, c.Hkv, pb.Dv, c.layout)};
+        for (HostTensor& t : grads) t.poison();
+        g.dq = grads[0].view();
+        g.dk = grads[1].view();
+        g.dv = grads[2].view();
+        attention_backward(g, ctx);
+        return grads;
+      };
+      const std::vector<HostTensor> ref = gradients(Backend::reference, CpuIsa::best);
+      const double tol = dtype == DType::f32 ? 1e-4 : 5e-2;
+      for (CpuIsa isa : supported_isas()) {
+        if (isa == CpuIsa::amx_bf16 || isa == CpuIsa::avx512_bf16) continue;  // same kernels
+        SCOPED_TRACE(to_string(isa));
+        const std::vector<HostTensor> got = gradients(Backend::cpu, isa);
+        expect_matches(got[0].to_f32(), ref[0].to_f32(), tol, 1e-5, "dq");
+        expect_matches(got[1].to_f32(), ref[1].to_f32(), tol, 1e-5, "dk");
+        expect_matches(got[2].to_f32(), ref[2].to_f32(), tol, 1e-5, "dv");
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CpuNonFinite, testing::ValuesIn(poison_cases().cases),
+                         [](const testing::TestParamInfo<Case>& param_info) {
+                           return param_info.param.name;
+                         });
+
+// Scores beyond f32's range: +inf (or NaN) makes the row NaN, below -FLT_MAX weighs 0 - the same
+// on the reference and every CPU level.
+TEST(CpuNonFinite, OverflowingScores) {
+  TILEATTN_TRACE_SEED();
+  Case c;
+  c.Lq = 6, c.Lk = 70, c.Hq = c.Hkv = 1, c.D = 4, c.out = OutDType::f32;
+  Rng rng = make_rng();
+  Problem pb(c, DType::f32, rng);
+  // Row 0 overflows upwards on key 5, row 1 downwards on key 66; row 2 both on masked... none.
+  for (std::int64_t d = 0; d < c.D; ++d) {
+    pb.q.set(at(0, 0, 0, d, c.Lq, 1, c.D), 1e20f);
+    pb.k.set(at(0, 5, 0, d, c.Lk, 1, c.D), 1e20f);
+    pb.q.set(at(0, 1, 0, d, c.Lq, 1, c.D), -1e20f);
+    pb.k.set(at(0, 66, 0, d, c.Lk, 1, c.D), 1e20f);
+  }
+  const HostTensor ref_out = pb.make_out(), ref_lse = pb.make_lse();
+  attention_forward(pb.args(ref_out, &ref_lse), {Backend::reference, 1});
+  EXPECT_TRUE(std::isnan(ref_lse.get(0)));
+  EXPECT_TRUE(std::isfinite(ref_lse.get(1)));
+  for (CpuIsa isa : supported_isas()) {
+    SCOPED_TRACE(to_string(isa));
+    HostTensor out = pb.make_out(), lse = pb.make_lse();
+    Context ctx;
+    ctx.backend = Backend::cpu;
+    ctx.cpu_isa = isa;
+    attention_forward(pb.args(out, &lse), ctx);
+    expect_matches(out.to_f32(), ref_out.to_f32(), 1e-5, 1e-6, "out");
+    expect_matches(lse.to_f32(), ref_lse.to_f32(), 1e-5, 1e-4, "lse");
+  }
+}
+
+}  // namespace
+}  // namespace tileattn::test
