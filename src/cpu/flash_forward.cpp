@@ -8,6 +8,7 @@
 #include "cpu/flash_forward.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -134,12 +135,54 @@ bool is_poisoned(const std::uint64_t* poison, std::int64_t c) {
   return (poison[c / 64] >> (c % 64) & 1u) != 0;
 }
 
+// f32 family: flags in poison[2] the keys of a packed block whose K column or V row holds an Inf
+// or NaN, and zeros them. The scan reads the packed block while it is in L1 (a separate pass
+// over the source rows cost ~2% of a call), contiguous rows at a time.
+void zero_poisoned_keys_f32(const Plan& plan, std::int64_t D, float* k_dst, float* v_dst,
+                            std::uint64_t* poison) {
+  const std::int64_t block_k = plan.config.block_k, k_panel = plan.config.k_panel,
+                     v_panel = plan.config.v_panel, dvp = plan.geometry.dim_v_padded;
+  constexpr std::uint32_t kExponent = 0x7f800000u;
+  // Per key: the OR of (exponent bits == all ones) over its elements, in 32-bit lanes so that
+  // the loops vectorise.
+  std::uint32_t bad[128] = {};
+  for (std::int64_t panel = 0; panel < block_k; panel += k_panel) {
+    const float* src = k_dst + panel * D;
+    std::uint32_t* flags = bad + panel;
+    for (std::int64_t d = 0; d < D; ++d)
+      for (std::int64_t c = 0; c < k_panel; ++c)
+        flags[c] |= (std::bit_cast<std::uint32_t>(src[d * k_panel + c]) & kExponent) == kExponent;
+  }
+  for (std::int64_t c0 = 0; c0 < dvp; c0 += v_panel) {
+    const std::int64_t panel_width = std::min(v_panel, dvp - c0);
+    for (std::int64_t c = 0; c < block_k; ++c) {
+      const float* row = v_dst + block_k * c0 + c * panel_width;
+      std::uint32_t row_bad = 0;
+      for (std::int64_t e = 0; e < panel_width; ++e)
+        row_bad |= (std::bit_cast<std::uint32_t>(row[e]) & kExponent) == kExponent;
+      bad[c] |= row_bad;
+    }
+  }
+  poison[0] = poison[1] = 0;
+  for (std::int64_t c = 0; c < block_k; ++c) {
+    if (bad[c] == 0) continue;
+    poison[c / 64] |= std::uint64_t{1} << (c % 64);
+    float* k_column = k_dst + (c / k_panel) * k_panel * D + c % k_panel;
+    for (std::int64_t d = 0; d < D; ++d) k_column[d * k_panel] = 0.0f;
+    for (std::int64_t c0 = 0; c0 < dvp; c0 += v_panel) {
+      const std::int64_t panel_width = std::min(v_panel, dvp - c0);
+      std::fill_n(v_dst + block_k * c0 + c * panel_width, panel_width, 0.0f);
+    }
+  }
+}
+
 // f32 family: K transposed into panels of [D][k_panel], V into panels of [block_k][v_panel].
 // `rows` is scratch for block_k row pointers, `buffer` for block_k converted rows. Poisoned
-// keys (poison[2], from find_poisoned_keys) are packed as zeros.
+// keys are flagged in poison[2] and packed as zeros.
 void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::int64_t kv_head,
                     std::int64_t kb, float* k_dst, float* v_dst, const float** rows, float* buffer,
-                    const std::uint64_t* poison) {
+                    std::uint64_t* poison) {
+  static_assert(cpu_tile_config(KernelFamily::f32).block_k <= 128, "two poison words a block");
   const std::int64_t block_k = plan.config.block_k, k_panel = plan.config.k_panel,
                      v_panel = plan.config.v_panel;
   const std::int64_t D = p.dim, Dv = p.dim_v, dvp = plan.geometry.dim_v_padded;
@@ -151,9 +194,8 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
     prefetch_rows(v_row(p, b, kb * block_k, kv_head), valid, p.v_stride_l * esize, Dv * esize);
   }
   for (std::int64_t c = 0; c < valid; ++c)
-    rows[c] = is_poisoned(poison, c) ? kZeroRowF32
-                                     : row_as_f32(k_row(p, b, kb * block_k + c, kv_head), p.dtype,
-                                                  0, D, buffer + c * width, plan.f16c);
+    rows[c] = row_as_f32(k_row(p, b, kb * block_k + c, kv_head), p.dtype, 0, D, buffer + c * width,
+                         plan.f16c);
   for (std::int64_t panel = 0; panel < block_k; panel += k_panel) {
     float* dst = k_dst + panel * D;
     const std::int64_t keys = std::clamp<std::int64_t>(valid - panel, 0, k_panel);
@@ -163,9 +205,8 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
         std::fill(dst + d * k_panel + keys, dst + (d + 1) * k_panel, 0.0f);
   }
   for (std::int64_t c = 0; c < valid; ++c)
-    rows[c] = is_poisoned(poison, c) ? kZeroRowF32
-                                     : row_as_f32(v_row(p, b, kb * block_k + c, kv_head), p.dtype,
-                                                  0, Dv, buffer + c * width, plan.f16c);
+    rows[c] = row_as_f32(v_row(p, b, kb * block_k + c, kv_head), p.dtype, 0, Dv, buffer + c * width,
+                         plan.f16c);
   for (std::int64_t c0 = 0; c0 < dvp; c0 += v_panel) {
     const std::int64_t panel_width = std::min(v_panel, dvp - c0);
     const std::int64_t copied = std::clamp<std::int64_t>(Dv - c0, 0, panel_width);
@@ -175,6 +216,7 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
       std::fill(dst + (c < valid ? copied : 0), dst + panel_width, 0.0f);
     }
   }
+  zero_poisoned_keys_f32(plan, D, k_dst, v_dst, poison);
 }
 
 // dst[(w * ld + r) * 2 ..] = elements 2w, 2w + 1 of rows[r] (one 32-bit word: a pair) for
@@ -215,7 +257,7 @@ void transpose_pairs(const std::uint16_t* const* rows, std::int64_t n, std::int6
 // (SSE2 unpacks); scalar, these loops were ~10% of a bf16 call.
 void pack_block_pairs(const AttnParams& p, const Plan& plan, std::int64_t b, std::int64_t kv_head,
                       std::int64_t kb, std::uint16_t* k_dst, std::uint16_t* v_dst,
-                      const std::uint64_t* poison) {
+                      std::uint64_t* poison) {
   const std::int64_t block_k = plan.config.block_k;
   const std::int64_t dvp = plan.geometry.dim_v_padded;
   std::fill_n(k_dst, plan.geometry.k_block_elems, std::uint16_t{0});
@@ -224,6 +266,7 @@ void pack_block_pairs(const AttnParams& p, const Plan& plan, std::int64_t b, std
   constexpr std::int64_t kMaxKeys = 128;
   static_assert(cpu_tile_config(KernelFamily::amx).block_k <= kMaxKeys &&
                 cpu_tile_config(KernelFamily::bf16_dot).block_k <= kMaxKeys);
+  find_poisoned_keys(p, b, kv_head, kb * block_k, valid, poison);
   if (valid == 0) return;
   const std::uint16_t* k_rows[kMaxKeys];
   for (std::int64_t c = 0; c < valid; ++c)
@@ -330,16 +373,16 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
     return b * p.q_stride_b + (w.row_begin + r) * p.q_stride_l + h * p.q_stride_h;
   };
   // A query row that is not finite is packed as zeros; run_tile makes it NaN if it sees a key.
-  for (std::int64_t r = 0; r < rows; ++r)
-    s.q_poison[r] = row_is_finite(p.q, p.dtype, offset(r), D) ? 0 : 1;
   if (plan.family == KernelFamily::f32) {  // groups of q_group rows, each [D][q_group]
     const std::int64_t esize = size_of(p.dtype);
     prefetch_rows(static_cast<const char*>(p.q) + offset(0) * esize, rows, p.q_stride_l * esize,
                   D * esize);
-    for (std::int64_t r = 0; r < rows; ++r)
-      s.pack_rows[r] = s.q_poison[r] != 0 ? kZeroRowF32
-                                          : row_as_f32(p.q, p.dtype, offset(r), D,
-                                                       s.pack_block.data() + r * D, plan.f16c);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      s.pack_rows[r] =
+          row_as_f32(p.q, p.dtype, offset(r), D, s.pack_block.data() + r * D, plan.f16c);
+      s.q_poison[r] = row_is_finite(s.pack_rows[r], DType::f32, 0, D) ? 0 : 1;
+      if (s.q_poison[r] != 0) s.pack_rows[r] = kZeroRowF32;
+    }
     const std::int64_t group = plan.q_group;
     for (std::int64_t r0 = 0; r0 < rows; r0 += group)
       transpose_rows(s.pack_rows.data() + r0, std::min(group, rows - r0), D,
@@ -348,6 +391,7 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
   }
   const auto* q = static_cast<const std::uint16_t*>(p.q);
   for (std::int64_t r = 0; r < rows; ++r) {
+    s.q_poison[r] = row_is_finite(p.q, p.dtype, offset(r), D) ? 0 : 1;
     const std::uint16_t* q_row = s.q_poison[r] != 0 ? kZeroRow16 : q + offset(r);
     if (plan.family == KernelFamily::amx) {
       std::memcpy(s.q_bf16.data() + r * plan.geometry.dim_padded, q_row, D * sizeof(std::uint16_t));
@@ -472,8 +516,6 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
         char* v_dst =
             v_base + (local * plan.v_head_elems + kb * plan.geometry.v_block_elems) * elem;
         std::uint64_t* block_poison = poison.data() + item * 2;
-        find_poisoned_keys(p, b, kv, kb * plan.config.block_k,
-                           packed_keys(p, b, kb, plan.config.block_k), block_poison);
         if (plan.family != KernelFamily::f32)
           pack_block_pairs(p, plan, b, kv, kb, reinterpret_cast<std::uint16_t*>(k_dst),
                            reinterpret_cast<std::uint16_t*>(v_dst), block_poison);
