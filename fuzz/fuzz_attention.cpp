@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -126,6 +127,16 @@ bool written_exactly(const Tensor& t, const Buffer& b, bool& injective) {
   return true;
 }
 
+// Ranks up to 5 by default; FUZZ_ATTENTION_MAX_RANK=4 steers a local run away from a known
+// finding about ranks above 4 so that it can find others.
+int max_rank() {
+  static const int rank = [] {
+    const char* env = std::getenv("FUZZ_ATTENTION_MAX_RANK");
+    return env ? std::clamp(std::atoi(env), 0, 5) : 5;
+  }();
+  return rank;
+}
+
 class Decoder {
  public:
   Decoder(const std::uint8_t* data, std::size_t size) : fdp_(data, size) {}
@@ -211,7 +222,8 @@ class Decoder {
     std::copy(shape.begin(), shape.end(), t.shape);
     if (one_in(40)) t.shape[in(0, t.rank - 1)] = in<std::int64_t>(-1, 41);
     strides(t);
-    if (one_in(60)) t.rank = in(-1, 5);  // the library must look at no shape beyond [0, 4)
+    // The library must look at no dimension beyond the 4 a Tensor holds.
+    if (one_in(60)) t.rank = in(-1, max_rank());
     return t;
   }
 
@@ -535,10 +547,8 @@ void describe(const char* name, const Slot& s) {
 // The problem being run, printed with a finding so that a saved input can be read.
 const Problem* current = nullptr;
 
-[[noreturn]] void finding(const char* what) {
-  std::fprintf(stderr, "fuzz_attention finding: %s\n", what);
-  if (current) {
-    const Problem& p = *current;
+void describe(const Problem& p) {
+  {
     const auto& a = p.args;
     describe("q", p.q), describe("k", p.k), describe("v", p.v), describe("out", p.out_ref);
     describe("lse", p.lse_ref), describe("mask", p.mask), describe("key_lengths", p.key_lengths);
@@ -559,10 +569,15 @@ const Problem* current = nullptr;
                  static_cast<double>(p.max_v), static_cast<double>(p.max_mask),
                  static_cast<double>(p.max_slope), static_cast<double>(p.max_dout));
   }
+}
+
+[[noreturn]] void finding(const char* what) {
+  std::fprintf(stderr, "fuzz_attention finding: %s\n", what);
+  if (current) describe(*current);
   __builtin_trap();
 }
 
-bool run_forward(const Problem& p, tileattn::Backend backend, const Slot& out, const Slot& lse) {
+tileattn::AttentionArgs forward_args(const Problem& p, const Slot& out, const Slot& lse) {
   tileattn::AttentionArgs a = p.args;
   a.q = p.q.t;
   a.k = p.k.t;
@@ -573,6 +588,11 @@ bool run_forward(const Problem& p, tileattn::Backend backend, const Slot& out, c
   a.mask = p.mask.present ? p.mask.t : Tensor{};
   a.key_lengths = p.key_lengths.present ? p.key_lengths.t : Tensor{};
   a.alibi_slopes = p.alibi.present ? p.alibi.t : Tensor{};
+  return a;
+}
+
+bool run_forward(const Problem& p, tileattn::Backend backend, const Slot& out, const Slot& lse) {
+  const tileattn::AttentionArgs a = forward_args(p, out, lse);
   try {
     tileattn::attention_forward(a, {.backend = backend, .threads = 1, .cpu_isa = p.isa});
   } catch (const tileattn::Error&) {
@@ -672,6 +692,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   Problem p;
   decode(dec, p);
   current = &p;
+  // FUZZ_ATTENTION_VERBOSE=1: print every decoded problem (to read a saved input).
+  static const bool verbose = std::getenv("FUZZ_ATTENTION_VERBOSE") != nullptr;
+  if (verbose) describe(p);
   for (Slot* s : all_slots(p))
     if (s->present && !place(*s)) return 0;  // a legitimately huge view: not allocatable here
   fill(dec, p);
@@ -686,7 +709,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool forward_must_throw =
       any_invalid_span(
           {&p.q, &p.k, &p.v, &p.out_ref, &p.lse_ref, &p.mask, &p.key_lengths, &p.alibi}) ||
-      plainly_invalid(p.args) ||
+      plainly_invalid(forward_args(p, p.out_ref, p.lse_ref)) ||
       (p.out_aliases_input && p.q.span.kind == Span::fits && p.out_ref.span.kind == Span::fits);
   const Conditioning cond = conditioning(p);
   if (!ok_ref) {

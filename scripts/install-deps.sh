@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that building and testing tileattn needs (idempotent).
 set -euo pipefail
+# clang, its libFuzzer/sanitizer runtimes (libclang-rt-14-dev) and its OpenMP (libomp-dev):
+# the fuzz preset, which CI builds (docs/fuzzing.md).
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
-          libcli11-dev time)
+          libcli11-dev time clang libclang-rt-14-dev libomp-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

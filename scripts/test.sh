@@ -2,7 +2,9 @@
 # Builds tileattn and runs every test. This is the README's test command and what CI runs.
 #   scripts/test.sh            CPU build + all tests; the CUDA code is also compiled when nvcc
 #                              is present (its GPU tests skip on a machine without a GPU)
-#   TILEATTN_SANITIZE=1 ...    also builds and runs the tests under ASan + UBSan
+#   TILEATTN_SANITIZE=1 ...    also builds and runs the tests under ASan + UBSan, then builds the
+#                              libFuzzer targets (clang) and runs each for a bounded time
+#                              (TILEATTN_FUZZ_SECONDS, default 60) on a copy of its corpus
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -27,4 +29,34 @@ if [ "${TILEATTN_SANITIZE:-0}" = "1" ]; then
   cmake --preset sanitize >/dev/null
   cmake --build --preset sanitize -j "$jobs"
   ctest --preset sanitize -j "$jobs"
+
+  echo "== libFuzzer (ASan + UBSan)"
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j "$jobs"
+  fuzz_seconds=${TILEATTN_FUZZ_SECONDS:-60}
+  fuzz_dir=$(mktemp -d)
+  trap 'rm -rf "$fuzz_dir"' EXIT
+  failed=0
+  for target in npy attention; do
+    # A copy of the committed corpus: libFuzzer adds what it finds to its corpus directory.
+    cp -r "fuzz/corpus/$target" "$fuzz_dir/corpus-$target"
+    log="$fuzz_dir/$target.log"
+    if UBSAN_OPTIONS=print_stacktrace=1 "build-fuzz/fuzz/fuzz_$target" "$fuzz_dir/corpus-$target" \
+        -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        -artifact_prefix="$fuzz_dir/$target-" >"$log" 2>&1; then
+      status=ok
+    else
+      status=FAILED
+      failed=1
+      tail -n 60 "$log"
+      for artifact in "$fuzz_dir/$target-"*; do
+        [ -e "$artifact" ] && echo "input: $artifact (base64: $(base64 -w0 "$artifact"))"
+      done
+    fi
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+    cov=$(grep -E '^#[0-9]+' "$log" | tail -n 1 | sed -n 's/.*cov: \([0-9]*\) ft: \([0-9]*\) corp: \([0-9]*\).*/cov \1, features \2, corpus \3/p')
+    new=$(grep -cE '^#[0-9]+[[:space:]]+NEW' "$log" || true)
+    echo "fuzz_$target: $status, ${runs:-?} executions in ${fuzz_seconds} s, $cov, $new new units"
+  done
+  [ "$failed" = 0 ]
 fi
