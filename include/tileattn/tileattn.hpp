@@ -6,7 +6,10 @@
 // normative description of every option; the comments below summarise it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -75,8 +78,9 @@ struct AttentionArgs {
   // Optional output: natural-log softmax denominator, f32 [B, Hq, Lq]; -inf for a fully masked row.
   Tensor lse;
 
-  // Multiplier of q.k; 0 (the default) means 1/sqrt(D).
-  float scale = 0.0f;
+  // Multiplier of q.k; not given (the default) means 1/sqrt(D). A given value is used as it is
+  // (0 included: every visible key weighs the same); it must be finite.
+  std::optional<float> scale;
 
   // Causal masking: key j is visible to query i only if j <= pos(i) (see Alignment).
   bool causal = false;
@@ -147,11 +151,17 @@ enum class Backend : std::uint8_t {
 //   portable:    no SIMD assumptions beyond the compiler's baseline
 enum class CpuIsa : std::uint8_t { amx_bf16, avx512_bf16, avx512, avx2, portable, best = 255 };
 
+// The largest CPU thread count a call accepts: far above any machine's cores (threads beyond
+// them only add overhead), and low enough that the per-thread scratch and stacks of that many
+// OpenMP threads fit any machine that runs the library.
+inline constexpr int kMaxThreads = 1024;
+
 struct Context {
   Backend backend = Backend::automatic;
-  int threads = 0;                // CPU threads; 0 = OpenMP default
-  CpuIsa cpu_isa = CpuIsa::best;  // cap on the CPU instruction set (best available if not supported)
-  void* cuda_stream = nullptr;    // cudaStream_t for the CUDA backend; nullptr = default stream
+  int threads = 0;  // CPU threads, 0..kMaxThreads; 0 = OpenMP default
+  CpuIsa cpu_isa =
+      CpuIsa::best;             // cap on the CPU instruction set (best available if not supported)
+  void* cuda_stream = nullptr;  // cudaStream_t for the CUDA backend; nullptr = default stream
 };
 
 // Computes out (and lse when given). Throws tileattn::Error on invalid arguments (nothing written).

@@ -1,5 +1,8 @@
 // Public entry points: argument validation, then dispatch to a backend.
 #include <algorithm>
+#include <new>
+#include <string>
+#include <system_error>
 
 #include "api/validate.hpp"
 #include "common/threads.hpp"
@@ -32,8 +35,10 @@ const char* to_string(DType dtype) noexcept {
 
 std::size_t size_of(DType dtype) noexcept {
   switch (dtype) {
-    case DType::f32: case DType::i32: return 4;
-    case DType::f16: case DType::bf16: return 2;
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::f16:
+    case DType::bf16: return 2;
     case DType::boolean: return 1;
     case DType::i64: return 8;
   }
@@ -64,8 +69,7 @@ const char* to_string(Backend backend) noexcept {
 
 Tensor make_tensor(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
                    Device device, int device_index) {
-  if (shape.size() < 1 || shape.size() > 4)
-    throw Error("tileattn: make_tensor: rank must be 1..4");
+  if (shape.size() < 1 || shape.size() > 4) throw Error("tileattn: make_tensor: rank must be 1..4");
   Tensor t;
   t.data = data;
   t.dtype = dtype;
@@ -97,9 +101,30 @@ namespace {
 
 // The backend a call runs on (automatic: CUDA for device tensors, else the CPU); checks ctx.
 Backend resolve_backend(const Context& ctx, Device device) {
-  if (ctx.threads < 0) throw Error("tileattn: argument 'ctx.threads': must be >= 0 (0 = default)");
+  if (ctx.threads < 0 || ctx.threads > kMaxThreads)
+    throw Error("tileattn: argument 'ctx.threads': must be in [0, " + std::to_string(kMaxThreads) +
+                "] (0 = default), got " + std::to_string(ctx.threads));
+  if (static_cast<unsigned>(ctx.backend) > static_cast<unsigned>(Backend::cuda))
+    throw Error("tileattn: argument 'ctx.backend': value " +
+                std::to_string(static_cast<unsigned>(ctx.backend)) + " is not a tileattn::Backend");
+  if (static_cast<unsigned>(ctx.cpu_isa) > static_cast<unsigned>(CpuIsa::portable) &&
+      ctx.cpu_isa != CpuIsa::best)
+    throw Error("tileattn: argument 'ctx.cpu_isa': value " +
+                std::to_string(static_cast<unsigned>(ctx.cpu_isa)) + " is not a tileattn::CpuIsa");
   if (ctx.backend != Backend::automatic) return ctx.backend;
   return device == Device::cuda ? Backend::cuda : Backend::cpu;
+}
+
+// Runs a host backend, turning a failure to get memory or threads into tileattn::Error.
+template <typename F>
+void run_on_host(F&& f) {
+  try {
+    f();
+  } catch (const std::bad_alloc&) {
+    throw Error("tileattn: out of host memory for the call's buffers");
+  } catch (const std::system_error& e) {
+    throw Error(std::string("tileattn: the CPU backend could not start its threads: ") + e.what());
+  }
 }
 
 }  // namespace
@@ -115,18 +140,21 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
     detail::cuda_flash_forward(p, ctx.cuda_stream);
     return;
 #else
-    throw Error("tileattn: argument 'ctx.backend': this build has no CUDA backend "
-                "(configure with -DTILEATTN_CUDA=ON)");
+    throw Error(
+        "tileattn: argument 'ctx.backend': this build has no CUDA backend "
+        "(configure with -DTILEATTN_CUDA=ON)");
 #endif
   }
   if (p.device != Device::cpu)
     throw Error(std::string("tileattn: argument 'ctx.backend': the ") + to_string(backend) +
                 " backend needs host tensors");
   if (p.len_q == 0) return;
-  if (backend == Backend::reference)
-    detail::reference_forward(p, ctx.threads);
-  else
-    detail::cpu_flash_forward(p, ctx.threads, ctx.cpu_isa);
+  run_on_host([&] {
+    if (backend == Backend::reference)
+      detail::reference_forward(p, ctx.threads);
+    else
+      detail::cpu_flash_forward(p, ctx.threads, ctx.cpu_isa);
+  });
 }
 
 void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
@@ -139,17 +167,20 @@ void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
     detail::cuda_flash_backward(p, ctx.cuda_stream);
     return;
 #else
-    throw Error("tileattn: argument 'ctx.backend': this build has no CUDA backend "
-                "(configure with -DTILEATTN_CUDA=ON)");
+    throw Error(
+        "tileattn: argument 'ctx.backend': this build has no CUDA backend "
+        "(configure with -DTILEATTN_CUDA=ON)");
 #endif
   }
   if (p.device != Device::cpu)
     throw Error(std::string("tileattn: argument 'ctx.backend': the ") + to_string(backend) +
                 " backend needs host tensors");
-  if (backend == Backend::reference)
-    detail::reference_backward(p, ctx.threads);
-  else
-    detail::cpu_flash_backward(p, ctx.threads, ctx.cpu_isa);
+  run_on_host([&] {
+    if (backend == Backend::reference)
+      detail::reference_backward(p, ctx.threads);
+    else
+      detail::cpu_flash_backward(p, ctx.threads, ctx.cpu_isa);
+  });
 }
 
 BuildInfo build_info() {

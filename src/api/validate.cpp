@@ -19,15 +19,42 @@ template <typename... Parts>
   throw Error(os.str());
 }
 
+// Never reads past shape[3], whatever the rank says (messages are built before the rank is known
+// to be valid in a few places).
 std::string shape_string(const Tensor& t) {
   std::ostringstream os;
   os << '[';
-  for (int d = 0; d < t.rank; ++d) os << (d ? ", " : "") << t.shape[d];
+  for (int d = 0; d < std::clamp(t.rank, 0, 4); ++d) os << (d ? ", " : "") << t.shape[d];
   os << ']';
   return os.str();
 }
 
-bool is_float_storage(DType d) { return d == DType::f32 || d == DType::f16 || d == DType::bf16; }
+// The checks every tensor gets before any of its shape, strides or data are looked at: a rank
+// the struct can hold, enum values that name something, an element-aligned data pointer.
+// Optional tensors are absent only as Tensor{} (rank 0, no data); a shape without data is a
+// mistake (a failed allocation, say), not a request to leave the argument out.
+enum class Presence { required, optional };
+
+void check_tensor_header(const char* name, const Tensor& t, Presence presence) {
+  if (presence == Presence::optional && t.rank == 0 && t.data == nullptr) return;  // absent
+  if (presence == Presence::required && t.data == nullptr)
+    fail(name, "is required but has no data pointer");
+  if (t.rank < 1 || t.rank > 4) fail(name, "rank must be 1..4, got ", t.rank);
+  if (t.data == nullptr)
+    fail(name, "has a shape but no data pointer (an absent optional tensor is Tensor{})");
+  if (static_cast<unsigned>(t.dtype) > static_cast<unsigned>(DType::i64))
+    fail(name, "dtype value ", static_cast<unsigned>(t.dtype), " is not a tileattn::DType");
+  if (static_cast<unsigned>(t.device) > static_cast<unsigned>(Device::cuda))
+    fail(name, "device value ", static_cast<unsigned>(t.device), " is not a tileattn::Device");
+  const std::size_t elem = size_of(t.dtype);
+  if (reinterpret_cast<std::uintptr_t>(t.data) % elem != 0)
+    fail(name, "data pointer ", t.data, " is not aligned to its element size (", elem,
+         " bytes for ", to_string(t.dtype), ")");
+}
+
+bool is_float_storage(DType d) {
+  return d == DType::f32 || d == DType::f16 || d == DType::bf16;
+}
 
 // Byte span [lo, hi) touched by a tensor; also rejects negative sizes/strides and overflow.
 struct Span {
@@ -58,6 +85,32 @@ Span checked_span(const char* name, const Tensor& t) {
   return s;
 }
 
+// An output must not write two logical elements to one address (a stride 0 on a dimension of
+// size > 1, rows that overlap, ...): the result would depend on the order of the writes. The
+// test is sufficient, not exact: the dimensions of size > 1, sorted by stride, must each step
+// over everything the smaller ones cover. It refuses a few interleavings that do not overlap
+// (docs/semantics.md). Call after checked_span, which rules out negative values and overflow.
+void require_no_internal_overlap(const char* name, const Tensor& t) {
+  std::pair<std::int64_t, std::int64_t> dims[4];  // (stride, size) of the dimensions of size > 1
+  int n = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] == 0) return;  // no element, nothing written
+    if (t.shape[d] > 1) dims[n++] = {t.stride[d], t.shape[d]};
+  }
+  // Insertion sort: four elements at most (std::sort trips GCC 12's -Warray-bounds here).
+  for (int i = 1; i < n; ++i)
+    for (int j = i; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
+  std::int64_t extent = 1;  // last offset + 1 covered by the dimensions seen so far
+  for (int i = 0; i < n; ++i) {
+    const auto [stride, size] = dims[i];
+    if (stride < extent)
+      fail(name, "strides make distinct elements share memory (shape ", shape_string(t),
+           ", a stride of ", stride, " where at least ", extent,
+           " is needed); an output needs one address per element");
+    extent += (size - 1) * stride;
+  }
+}
+
 void require_rank(const char* name, const Tensor& t, int rank, const char* layout) {
   if (t.rank != rank)
     fail(name, "expected rank ", rank, " ", layout, ", got rank ", t.rank, " ", shape_string(t));
@@ -77,8 +130,7 @@ void require_device(const char* name, const Tensor& t, const Tensor& q) {
 
 void require_unit_inner_stride(const char* name, const Tensor& t) {
   if (t.shape[3] > 1 && t.stride[3] != 1)
-    fail(name, "the last (head) dimension must be contiguous (stride 1), got stride ",
-         t.stride[3]);
+    fail(name, "the last (head) dimension must be contiguous (stride 1), got stride ", t.stride[3]);
 }
 
 }  // namespace
@@ -89,16 +141,22 @@ AttnParams validate_forward(const AttentionArgs& a) {
   const char* required_names[] = {"q", "k", "v", "out"};
   const char* layouts[] = {"[B, Lq, Hq, D]", "[B, Lk, Hkv, D]", "[B, Lk, Hkv, Dv]",
                            "[B, Lq, Hq, Dv]"};
-  for (int i = 0; i < 4; ++i) {
-    if (!required[i]->present()) fail(required_names[i], "is required but has no data pointer");
-    require_rank(required_names[i], *required[i], 4, layouts[i]);
-  }
+  for (int i = 0; i < 4; ++i)
+    check_tensor_header(required_names[i], *required[i], Presence::required);
+  const std::pair<const char*, const Tensor*> optional[] = {{"lse", &a.lse},
+                                                            {"mask", &a.mask},
+                                                            {"key_lengths", &a.key_lengths},
+                                                            {"alibi_slopes", &a.alibi_slopes}};
+  for (const auto& [name, t] : optional) check_tensor_header(name, *t, Presence::optional);
+  for (int i = 0; i < 4; ++i) require_rank(required_names[i], *required[i], 4, layouts[i]);
   const Tensor &q = a.q, &k = a.k, &v = a.v, &out = a.out;
 
   if (!is_float_storage(q.dtype))
     fail("q", "dtype must be f32, f16 or bf16, got ", to_string(q.dtype));
-  if (k.dtype != q.dtype) fail("k", "dtype ", to_string(k.dtype), " differs from q's ", to_string(q.dtype));
-  if (v.dtype != q.dtype) fail("v", "dtype ", to_string(v.dtype), " differs from q's ", to_string(q.dtype));
+  if (k.dtype != q.dtype)
+    fail("k", "dtype ", to_string(k.dtype), " differs from q's ", to_string(q.dtype));
+  if (v.dtype != q.dtype)
+    fail("v", "dtype ", to_string(v.dtype), " differs from q's ", to_string(q.dtype));
   if (!is_float_storage(out.dtype))
     fail("out", "dtype must be f32, f16 or bf16, got ", to_string(out.dtype));
   for (int i = 1; i < 4; ++i) require_device(required_names[i], *required[i], q);
@@ -115,8 +173,7 @@ AttnParams validate_forward(const AttentionArgs& a) {
   require_dim("k", k, 0, B, "batch");
   require_dim("k", k, 3, D, "head dim, must equal q's");
   if (Hkv < 1) fail("k", "number of kv heads must be at least 1, got ", Hkv);
-  if (Hq % Hkv != 0)
-    fail("k", "query heads (", Hq, ") must be a multiple of kv heads (", Hkv, ")");
+  if (Hq % Hkv != 0) fail("k", "query heads (", Hq, ") must be a multiple of kv heads (", Hkv, ")");
   if (Lk < 0 || Lk > kMaxLength) fail("k", "key length must be in [0, 2^31 - 1], got ", Lk);
   require_dim("v", v, 0, B, "batch");
   require_dim("v", v, 1, Lk, "key length, must equal k's");
@@ -130,6 +187,7 @@ AttnParams validate_forward(const AttentionArgs& a) {
 
   const Span q_span = checked_span("q", q), k_span = checked_span("k", k),
              v_span = checked_span("v", v), out_span = checked_span("out", out);
+  require_no_internal_overlap("out", out);
   if (out_span.overlaps(q_span) || out_span.overlaps(k_span) || out_span.overlaps(v_span))
     fail("out", "overlaps an input (q, k or v); the output must be a separate buffer");
 
@@ -164,6 +222,7 @@ AttnParams validate_forward(const AttentionArgs& a) {
     require_dim("lse", lse, 1, Hq, "query heads");
     require_dim("lse", lse, 2, Lq, "query length");
     lse_span = checked_span("lse", lse);
+    require_no_internal_overlap("lse", lse);
     if (lse_span.overlaps(q_span) || lse_span.overlaps(k_span) || lse_span.overlaps(v_span) ||
         lse_span.overlaps(out_span))
       fail("lse", "overlaps q, k, v or out");
@@ -171,23 +230,29 @@ AttnParams validate_forward(const AttentionArgs& a) {
     p.lse_stride_b = lse.stride[0], p.lse_stride_h = lse.stride[1], p.lse_stride_l = lse.stride[2];
   }
 
-  if (!std::isfinite(a.scale)) fail("scale", "must be finite, got ", a.scale);
-  p.scale = a.scale != 0.0f ? a.scale : 1.0f / std::sqrt(static_cast<float>(D));
+  if (a.scale.has_value() && !std::isfinite(*a.scale))
+    fail("scale", "must be finite, got ", *a.scale);
+  p.scale = a.scale.has_value() ? *a.scale : 1.0f / std::sqrt(static_cast<float>(D));
   if (!std::isfinite(a.softcap) || a.softcap < 0.0f)
     fail("softcap", "must be finite and >= 0 (0 disables), got ", a.softcap);
   p.softcap = a.softcap;
 
-  if (a.window_left < -1) fail("window_left", "must be >= 0, or -1 for unbounded, got ", a.window_left);
+  if (a.window_left < -1)
+    fail("window_left", "must be >= 0, or -1 for unbounded, got ", a.window_left);
   if (a.window_right < -1)
     fail("window_right", "must be >= 0, or -1 for unbounded, got ", a.window_right);
   if (a.alignment != Alignment::bottom_right && a.alignment != Alignment::top_left)
-    fail("alignment", "must be bottom_right or top_left");
+    fail("alignment", "value ", static_cast<unsigned>(a.alignment),
+         " is not a tileattn::Alignment (bottom_right or top_left)");
   p.alignment = a.alignment;
   // A window wider than Lq + Lk is unbounded in effect; clamping keeps index arithmetic in range.
-  const auto clamp_window = [&](std::int64_t w) { return w == kUnbounded ? w : std::min(w, Lq + Lk); };
+  const auto clamp_window = [&](std::int64_t w) {
+    return w == kUnbounded ? w : std::min(w, Lq + Lk);
+  };
   p.window_left = clamp_window(a.window_left);
   p.window_right = clamp_window(a.window_right);
-  if (a.causal) p.window_right = p.window_right == kUnbounded ? 0 : std::min<std::int64_t>(p.window_right, 0);
+  if (a.causal)
+    p.window_right = p.window_right == kUnbounded ? 0 : std::min<std::int64_t>(p.window_right, 0);
 
   if (a.mask.present()) {
     const Tensor& m = a.mask;
@@ -241,7 +306,8 @@ AttnParams validate_forward(const AttentionArgs& a) {
 
   if (a.alibi_slopes.present()) {
     const Tensor& s = a.alibi_slopes;
-    if (s.rank != 1 && s.rank != 2) fail("alibi_slopes", "expected rank 1 [Hq] or 2 [B, Hq], got rank ", s.rank);
+    if (s.rank != 1 && s.rank != 2)
+      fail("alibi_slopes", "expected rank 1 [Hq] or 2 [B, Hq], got rank ", s.rank);
     if (s.dtype != DType::f32) fail("alibi_slopes", "dtype must be f32, got ", to_string(s.dtype));
     require_device("alibi_slopes", s, q);
     if (s.rank == 1) {
@@ -278,25 +344,29 @@ namespace {
 // dout, dq, dk, dv: a rank-4 float tensor shaped like `model` on q's device.
 void require_like(const char* name, const Tensor& t, const Tensor& model, const char* model_name,
                   const char* layout, const Tensor& q) {
-  if (!t.present()) fail(name, "is required by attention_backward but has no data pointer");
   require_rank(name, t, 4, layout);
   if (!is_float_storage(t.dtype))
     fail(name, "dtype must be f32, f16 or bf16, got ", to_string(t.dtype));
   require_device(name, t, q);
   for (int d = 0; d < 4; ++d)
     if (t.shape[d] != model.shape[d])
-      fail(name, "shape ", shape_string(t), " must equal ", model_name, "'s ",
-           shape_string(model), " ", layout);
+      fail(name, "shape ", shape_string(t), " must equal ", model_name, "'s ", shape_string(model),
+           " ", layout);
   require_unit_inner_stride(name, t);
 }
 
 }  // namespace
 
 AttnBackwardParams validate_backward(const AttentionBackwardArgs& a) {
-  if (!a.lse.present())
+  if (a.lse.rank == 0 && a.lse.data == nullptr)
     fail("lse", "is required by attention_backward: the forward's log-sum-exp, f32 [B, Hq, Lq]");
   AttnBackwardParams p;
   static_cast<AttnParams&>(p) = validate_forward(a);
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"dout", &a.dout},
+                                {"dq", &a.dq},
+                                {"dk", &a.dk},
+                                {"dv", &a.dv}})
+    check_tensor_header(name, *t, Presence::required);
   require_like("dout", a.dout, a.out, "out", "[B, Lq, Hq, Dv]", a.q);
   require_like("dq", a.dq, a.q, "q", "[B, Lq, Hq, D]", a.q);
   require_like("dk", a.dk, a.k, "k", "[B, Lk, Hkv, D]", a.q);
@@ -304,20 +374,28 @@ AttnBackwardParams validate_backward(const AttentionBackwardArgs& a) {
 
   // The gradients must not overlap any input or each other.
   std::vector<Span> inputs;
-  const std::pair<const char*, const Tensor*> read[] = {
-      {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}, {"lse", &a.lse},
-      {"dout", &a.dout}, {"mask", &a.mask}, {"key_lengths", &a.key_lengths},
-      {"alibi_slopes", &a.alibi_slopes}};
+  const std::pair<const char*, const Tensor*> read[] = {{"q", &a.q},
+                                                        {"k", &a.k},
+                                                        {"v", &a.v},
+                                                        {"out", &a.out},
+                                                        {"lse", &a.lse},
+                                                        {"dout", &a.dout},
+                                                        {"mask", &a.mask},
+                                                        {"key_lengths", &a.key_lengths},
+                                                        {"alibi_slopes", &a.alibi_slopes}};
   for (const auto& [name, t] : read)
     if (t->present()) inputs.push_back(checked_span(name, *t));
-  const std::pair<const char*, const Tensor*> written[] = {{"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}};
+  const std::pair<const char*, const Tensor*> written[] = {
+      {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}};
   std::vector<Span> outputs;
   for (const auto& [name, t] : written) {
     const Span span = checked_span(name, *t);
+    require_no_internal_overlap(name, *t);
     for (const Span& in : inputs)
       if (span.overlaps(in))
-        fail(name, "overlaps an input (q, k, v, out, lse, dout, mask, key_lengths or "
-                   "alibi_slopes); gradients must be separate buffers");
+        fail(name,
+             "overlaps an input (q, k, v, out, lse, dout, mask, key_lengths or "
+             "alibi_slopes); gradients must be separate buffers");
     for (const Span& other : outputs)
       if (span.overlaps(other)) fail(name, "overlaps another gradient output (dq, dk or dv)");
     outputs.push_back(span);
@@ -331,7 +409,8 @@ AttnBackwardParams validate_backward(const AttentionBackwardArgs& a) {
   p.dq_dtype = a.dq.dtype;
   p.dk_dtype = a.dk.dtype;
   p.dv_dtype = a.dv.dtype;
-  p.do_stride_b = a.dout.stride[0], p.do_stride_l = a.dout.stride[1], p.do_stride_h = a.dout.stride[2];
+  p.do_stride_b = a.dout.stride[0], p.do_stride_l = a.dout.stride[1],
+  p.do_stride_h = a.dout.stride[2];
   p.dq_stride_b = a.dq.stride[0], p.dq_stride_l = a.dq.stride[1], p.dq_stride_h = a.dq.stride[2];
   p.dk_stride_b = a.dk.stride[0], p.dk_stride_l = a.dk.stride[1], p.dk_stride_h = a.dk.stride[2];
   p.dv_stride_b = a.dv.stride[0], p.dv_stride_l = a.dv.stride[1], p.dv_stride_h = a.dv.stride[2];

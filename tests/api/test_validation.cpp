@@ -431,8 +431,8 @@ TEST_F(Validation, MaskRank) {
   a.mask.rank = 1;
   a.mask.shape[0] = Lk;
   expect_error(a, "mask", "rank 2..4");
-  a.mask.rank = 0;
-  expect_error(a, "mask", "rank 2..4");
+  a.mask.rank = 0;  // with data: not the absent Tensor{}
+  expect_error(a, "mask", "rank must be 1..4");
 }
 
 TEST_F(Validation, MaskDtype) {
@@ -636,7 +636,7 @@ TEST_F(Validation, NegativeThreads) {
     Context ctx;
     ctx.backend = backend;
     ctx.threads = -1;
-    expect_error(args(), "ctx.threads", ">= 0", ctx);
+    expect_error(args(), "ctx.threads", "must be in [0, 1024]", ctx);
   }
 }
 
@@ -660,6 +660,234 @@ TEST_F(Validation, HostBackendsWithCudaTensors) {
 TEST_F(Validation, CudaBackendWithHostTensors) {
   if (!build_info().cuda) GTEST_SKIP() << "CPU-only build";
   expect_error(args(), "ctx.backend", "needs device tensors", {Backend::cuda});
+}
+
+// ---- Tensor headers: rank, absent optionals, enum values, alignment ---------------------------
+
+// A rank outside 1..4 is refused before shape[] or stride[] is read (the message builders
+// included): rank 1000 must not make anything read past shape[3].
+TEST_F(Validation, RankOutOfRange) {
+  for (const char* name : {"q", "k", "v", "out", "lse", "mask", "key_lengths", "alibi_slopes"})
+    for (const int rank : {1000, -1, 5}) {
+      SCOPED_TRACE(std::string(name) + " rank " + std::to_string(rank));
+      AttentionArgs a = args();
+      a.mask = mask_.view();
+      a.key_lengths = key_lengths_.view();
+      a.alibi_slopes = alibi_.view();
+      Tensor& t = name == std::string("q")     ? a.q
+                  : name == std::string("k")   ? a.k
+                  : name == std::string("v")   ? a.v
+                  : name == std::string("out") ? a.out
+                  : name == std::string("lse") ? a.lse
+                  : name == std::string("mask")
+                      ? a.mask
+                      : (name == std::string("key_lengths") ? a.key_lengths : a.alibi_slopes);
+      t.rank = rank;
+      expect_error(a, name, "rank must be 1..4, got " + std::to_string(rank));
+    }
+}
+
+// An optional tensor is absent only as Tensor{}: a shape with a null data pointer is an error.
+TEST_F(Validation, OptionalWithShapeButNoData) {
+  for (const char* name : {"lse", "mask", "key_lengths", "alibi_slopes"}) {
+    SCOPED_TRACE(name);
+    AttentionArgs a = args();
+    a.mask = mask_.view();
+    a.key_lengths = key_lengths_.view();
+    a.alibi_slopes = alibi_.view();
+    Tensor& t = name == std::string("lse")           ? a.lse
+                : name == std::string("mask")        ? a.mask
+                : name == std::string("key_lengths") ? a.key_lengths
+                                                     : a.alibi_slopes;
+    t.data = nullptr;
+    expect_error(a, name, "has a shape but no data pointer");
+  }
+  // What the helpers build for a null pointer is such a tensor, not an absent one.
+  AttentionArgs a = args();
+  a.lse = make_tensor(static_cast<void*>(nullptr), DType::f32, {B, Hq, Lq});
+  expect_error(a, "lse", "has a shape but no data pointer");
+  // Tensor{} is absent: the call runs without lse.
+  a.lse = Tensor{};
+  EXPECT_NO_THROW(attention_forward(a, {Backend::reference}));
+  EXPECT_EQ(out_.count_nan(), 0);
+}
+
+TEST_F(Validation, EnumValuesOutOfRange) {
+  {
+    AttentionArgs a = args();
+    a.q.dtype = static_cast<DType>(17);
+    expect_error(a, "q", "dtype value 17 is not a tileattn::DType");
+  }
+  {
+    AttentionArgs a = args();
+    a.mask = mask_.view();
+    a.mask.dtype = static_cast<DType>(200);
+    expect_error(a, "mask", "dtype value 200 is not a tileattn::DType");
+  }
+  {
+    AttentionArgs a = args();
+    a.v.device = static_cast<Device>(9);
+    expect_error(a, "v", "device value 9 is not a tileattn::Device");
+  }
+  {
+    AttentionArgs a = args();
+    a.alignment = static_cast<Alignment>(2);
+    expect_error(a, "alignment", "value 2 is not a tileattn::Alignment");
+  }
+  Context ctx;
+  ctx.backend = static_cast<Backend>(42);
+  expect_error(args(), "ctx.backend", "value 42 is not a tileattn::Backend", ctx);
+  for (const int isa : {5, 6, 254}) {
+    SCOPED_TRACE(isa);
+    ctx = {};
+    ctx.cpu_isa = static_cast<CpuIsa>(isa);
+    expect_error(args(), "ctx.cpu_isa",
+                 "value " + std::to_string(isa) + " is not a tileattn::CpuIsa", ctx);
+  }
+  // Every named value is accepted, best (255) included.
+  for (const CpuIsa isa : {CpuIsa::amx_bf16, CpuIsa::avx512_bf16, CpuIsa::avx512, CpuIsa::avx2,
+                           CpuIsa::portable, CpuIsa::best}) {
+    ctx = {};
+    ctx.backend = Backend::cpu;
+    ctx.cpu_isa = isa;
+    EXPECT_NO_THROW(attention_forward(args(), ctx)) << static_cast<int>(isa);
+  }
+}
+
+TEST_F(Validation, MisalignedPointers) {
+  const auto misalign = [](Tensor& t) {
+    t.data = static_cast<void*>(static_cast<std::uint8_t*>(t.data) + 1);
+  };
+  for (const char* name : {"q", "k", "v", "out", "lse", "key_lengths", "alibi_slopes"}) {
+    SCOPED_TRACE(name);
+    AttentionArgs a = args();
+    a.key_lengths = key_lengths_.view();
+    a.alibi_slopes = alibi_.view();
+    Tensor& t = name == std::string("q")             ? a.q
+                : name == std::string("k")           ? a.k
+                : name == std::string("v")           ? a.v
+                : name == std::string("out")         ? a.out
+                : name == std::string("lse")         ? a.lse
+                : name == std::string("key_lengths") ? a.key_lengths
+                                                     : a.alibi_slopes;
+    misalign(t);
+    expect_error(a, name, "is not aligned to its element size");
+  }
+  AttentionArgs a = args();  // an f16 tensor needs 2-byte alignment only
+  a.q.dtype = a.k.dtype = a.v.dtype = DType::f16;
+  a.q.data = static_cast<void*>(static_cast<std::uint8_t*>(a.q.data) + 2);
+  EXPECT_NO_THROW(attention_forward(a, {Backend::reference}));
+}
+
+// ---- Outputs whose strides alias their own elements -------------------------------------------
+
+TEST_F(Validation, OutWithInternalOverlap) {
+  const std::vector<std::vector<std::int64_t>> bad = {
+      {0, Hq * Dv, Dv, 1},                 // batches share rows
+      {Lq * Hq * Dv, 0, Dv, 1},            // every query row written to one place
+      {Lq * Hq * Dv, Hq * Dv, Dv - 1, 1},  // heads overlap by one element
+      {Lq * Hq * Dv, Dv, Dv, 1},           // rows and heads on one stride
+      {Lq * Hq * Dv, Dv, Lq * Dv - 1, 1},  // BHSD-like with heads one element short
+  };
+  for (const auto& strides : bad) {
+    SCOPED_TRACE(::testing::PrintToString(strides));
+    AttentionArgs a = args();
+    for (int d = 0; d < 4; ++d) a.out.stride[d] = strides[static_cast<std::size_t>(d)];
+    expect_error(a, "out", "share memory");
+  }
+  AttentionArgs a = args();
+  a.lse.stride[2] = 0;
+  expect_error(a, "lse", "share memory");
+  a = args();
+  a.lse.stride[1] = Lq - 1;
+  expect_error(a, "lse", "share memory");
+
+  // A permuted (BHSD) output overlaps nothing and is accepted.
+  HostTensor bhsd = HostTensor::contiguous(DType::f32, {B * Hq * Lq * Dv});
+  bhsd.poison();
+  a = args();
+  a.out.data = bhsd.data();
+  const std::int64_t permuted[4] = {Hq * Lq * Dv, Dv, Lq * Dv, 1};
+  for (int d = 0; d < 4; ++d) a.out.stride[d] = permuted[d];
+  EXPECT_NO_THROW(attention_forward(a, {Backend::reference}));
+  EXPECT_EQ(bhsd.count_nan(), 0);
+  // Broadcast inputs (stride 0) are legitimate: k and v shared by both batches.
+  a = args();
+  a.k.stride[0] = 0;
+  a.v.stride[0] = 0;
+  EXPECT_NO_THROW(attention_forward(a, {Backend::cpu}));
+}
+
+// ---- Threads ----------------------------------------------------------------------------------
+
+TEST_F(Validation, ThreadsAboveTheCap) {
+  static_assert(kMaxThreads == 1024);
+  for (const int threads :
+       {kMaxThreads + 1, 65536, std::numeric_limits<int>::max(), std::numeric_limits<int>::min()}) {
+    SCOPED_TRACE(threads);
+    Context ctx;
+    ctx.threads = threads;
+    expect_error(args(), "ctx.threads", "must be in [0, 1024]", ctx);
+  }
+}
+
+TEST_F(Validation, ManyThreadsOnATinyProblem) {
+  TILEATTN_TRACE_SEED();
+  for (const Backend backend : {Backend::cpu, Backend::reference}) {
+    SCOPED_TRACE(to_string(backend));
+    out_.poison();
+    attention_forward(args(), {backend, 1});
+    const std::vector<float> one = out_.to_f32();
+    out_.poison();
+    EXPECT_NO_THROW(attention_forward(args(), {backend, 64}));
+    const std::vector<float> many = out_.to_f32();
+    ASSERT_EQ(many.size(), one.size());
+    for (std::size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(many[i], one[i], 1e-6f) << i;
+  }
+}
+
+// ---- scale ------------------------------------------------------------------------------------
+
+// scale = 0 is honoured: every score is 0, so each row is the mean of the visible v rows (here
+// the first key_lengths[b] keys of the row's kv head).
+TEST_F(Validation, ZeroScaleIsUniformAttention) {
+  TILEATTN_TRACE_SEED();
+  AttentionArgs a = args();
+  a.key_lengths = key_lengths_.view();
+  a.scale = 0.0f;
+  const std::int64_t lengths[B] = {3, 7};
+  for (const Backend backend : {Backend::reference, Backend::cpu}) {
+    SCOPED_TRACE(to_string(backend));
+    out_.poison();
+    attention_forward(a, {backend});
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t i = 0; i < Lq; ++i)
+        for (std::int64_t h = 0; h < Hq; ++h)
+          for (std::int64_t e = 0; e < Dv; ++e) {
+            double mean = 0.0;
+            for (std::int64_t j = 0; j < lengths[b]; ++j)
+              mean += v_.get(((b * Lk + j) * Hkv + h / (Hq / Hkv)) * Dv + e);
+            mean /= static_cast<double>(lengths[b]);
+            EXPECT_NEAR(out_.get(((b * Lq + i) * Hq + h) * Dv + e), mean, 1e-5)
+                << "b " << b << " i " << i << " h " << h << " e " << e;
+          }
+  }
+}
+
+// Not given means 1/sqrt(D); a negative scale is used as given (the rows differ from the
+// default's).
+TEST_F(Validation, DefaultAndNegativeScale) {
+  TILEATTN_TRACE_SEED();
+  AttentionArgs a = args();
+  attention_forward(a, {Backend::reference});
+  const std::vector<float> by_default = out_.to_f32();
+  a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  attention_forward(a, {Backend::reference});
+  EXPECT_TRUE(out_.to_f32() == by_default);
+  a.scale = -1.0f / std::sqrt(static_cast<float>(D));
+  attention_forward(a, {Backend::reference});
+  EXPECT_FALSE(out_.to_f32() == by_default);
+  EXPECT_EQ(out_.count_nan(), 0);
 }
 
 }  // namespace

@@ -226,10 +226,10 @@ TEST_F(BackwardValidation, GradientsMustNotOverlap) {
     const char* gradient;
     const HostTensor* target;
     const char* fragment;
-  } cases[] = {{"dq", &q_, "overlaps an input"},     {"dk", &dout_, "overlaps an input"},
-               {"dv", &lse_, "overlaps an input"},   {"dq", &out_, "overlaps an input"},
-               {"dv", &mask_, "overlaps an input"},  {"dk", &k_, "overlaps an input"},
-               {"dk", &dq_, "another gradient"},     {"dv", &dk_, "another gradient"}};
+  } cases[] = {{"dq", &q_, "overlaps an input"},    {"dk", &dout_, "overlaps an input"},
+               {"dv", &lse_, "overlaps an input"},  {"dq", &out_, "overlaps an input"},
+               {"dv", &mask_, "overlaps an input"}, {"dk", &k_, "overlaps an input"},
+               {"dk", &dq_, "another gradient"},    {"dv", &dk_, "another gradient"}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.gradient);
     AttentionBackwardArgs a = args();
@@ -260,7 +260,63 @@ TEST_F(BackwardValidation, CudaBackendWithHostTensors) {
 TEST_F(BackwardValidation, NegativeThreads) {
   Context ctx;
   ctx.threads = -1;
-  expect_error(args(), "ctx.threads", ">= 0", ctx);
+  expect_error(args(), "ctx.threads", "must be in [0, 1024]", ctx);
+}
+
+// Rank outside 1..4, a shape with no data, a misaligned pointer, an enum value out of range:
+// refused for the gradient-side tensors as for the forward's.
+TEST_F(BackwardValidation, GradientTensorHeaders) {
+  for (const char* name : kGradientSide) {
+    SCOPED_TRACE(name);
+    for (const int rank : {1000, -1, 5}) {
+      AttentionBackwardArgs a = args();
+      (a.*member(name)).rank = rank;
+      expect_error(a, name, "rank must be 1..4, got " + std::to_string(rank));
+    }
+    AttentionBackwardArgs a = args();
+    (a.*member(name)).data = nullptr;
+    expect_error(a, name, "is required but has no data pointer");
+    a = args();
+    Tensor& t = a.*member(name);
+    t.data = static_cast<void*>(static_cast<std::uint8_t*>(t.data) + 2);
+    expect_error(a, name, "is not aligned to its element size");
+    a = args();
+    (a.*member(name)).dtype = static_cast<DType>(99);
+    expect_error(a, name, "dtype value 99 is not a tileattn::DType");
+  }
+  AttentionBackwardArgs a = args();  // lse with a shape and no data is not "missing"
+  a.lse.data = nullptr;
+  expect_error(a, "lse", "has a shape but no data pointer");
+}
+
+TEST_F(BackwardValidation, GradientsWithInternalOverlap) {
+  for (const char* name : {"dq", "dk", "dv"}) {
+    SCOPED_TRACE(name);
+    for (const int d : {0, 1, 2}) {
+      AttentionBackwardArgs a = args();
+      (a.*member(name)).stride[d] = 0;
+      expect_error(a, name, "share memory");
+    }
+    AttentionBackwardArgs a = args();
+    Tensor& t = a.*member(name);
+    t.stride[2] = t.shape[3] - 1;  // heads overlap by one element
+    expect_error(a, name, "share memory");
+  }
+  // dout is an input: a broadcast dout (one row for every query) is accepted.
+  AttentionBackwardArgs a = args();
+  a.dout.stride[1] = 0;
+  EXPECT_NO_THROW(attention_backward(a, {Backend::reference}));
+  EXPECT_EQ(dq_.count_nan(), 0);
+}
+
+TEST_F(BackwardValidation, ThreadsAboveTheCap) {
+  Context ctx;
+  ctx.threads = kMaxThreads + 1;
+  expect_error(args(), "ctx.threads", "must be in [0, 1024]", ctx);
+  ctx.threads = 64;
+  poison_gradients();
+  EXPECT_NO_THROW(attention_backward(args(), ctx));
+  EXPECT_EQ(dq_.count_nan(), 0);
 }
 
 }  // namespace

@@ -145,7 +145,7 @@ AttentionArgs Problem::args(const HostTensor& out, const HostTensor* lse) const 
   a.v = v.view();
   a.out = out.view();
   if (lse != nullptr) a.lse = lse->view();
-  a.scale = c.scale;
+  if (c.scale != 0.0f) a.scale = c.scale;  // 0: the default 1/sqrt(D)
   a.causal = c.causal;
   a.alignment = c.alignment;
   a.window_left = c.window_left;

@@ -409,8 +409,8 @@ NaiveGradients naive_attention_backward(const AttentionBackwardArgs& args,
   r.dq.assign(static_cast<std::size_t>(B * Lq * Hq * D), 0.0f);
   r.dk.assign(static_cast<std::size_t>(B * Lk * Hkv * D), 0.0f);
   r.dv.assign(static_cast<std::size_t>(B * Lk * Hkv * Dv), 0.0f);
-  std::vector<float> prob(static_cast<std::size_t>(Lk)), dprob(prob.size()),
-      dscore(prob.size()), dout(static_cast<std::size_t>(Dv));
+  std::vector<float> prob(static_cast<std::size_t>(Lk)), dprob(prob.size()), dscore(prob.size()),
+      dout(static_cast<std::size_t>(Dv));
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < Hq; ++h) {
       const std::int64_t hk = h / p.heads_per_kv;
@@ -505,8 +505,7 @@ NaiveResult naive_attention(const AttentionArgs& args) {
         for (std::int64_t j = 0; j < Lk; ++j) {
           float dot = 0.0f;
           for (std::int64_t d = 0; d < D; ++d) dot += q[i * D + d] * k[j * D + d];
-          const float score =
-              round_to(st, masked_score(p, b, h, i, j, round_to(st, dot)));
+          const float score = round_to(st, masked_score(p, b, h, i, j, round_to(st, dot)));
           s[j] = score;
           row_max = std::max(row_max, score);
         }
@@ -563,10 +562,11 @@ std::string describe(const AttentionArgs& a) {
   shape("mask", a.mask);
   shape("key_lengths", a.key_lengths);
   shape("alibi_slopes", a.alibi_slopes);
-  os << "scale " << a.scale << ", causal " << a.causal << " ("
-     << (a.alignment == Alignment::bottom_right ? "bottom_right" : "top_left") << "), window ("
-     << a.window_left << ", " << a.window_right << "), softcap " << a.softcap << ", dropout "
-     << a.dropout_p << " (seed " << a.dropout_seed << ", offset " << a.dropout_offset << ")";
+  os << "scale " << (a.scale ? std::to_string(*a.scale) : std::string("default")) << ", causal "
+     << a.causal << " (" << (a.alignment == Alignment::bottom_right ? "bottom_right" : "top_left")
+     << "), window (" << a.window_left << ", " << a.window_right << "), softcap " << a.softcap
+     << ", dropout " << a.dropout_p << " (seed " << a.dropout_seed << ", offset "
+     << a.dropout_offset << ")";
   return os.str();
 }
 
