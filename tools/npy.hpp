@@ -1,14 +1,23 @@
 // A small reader/writer for NumPy .npy files (format versions 1.0, 2.0 and 3.0).
 // Supported element types: little-endian <f4, <f2, <i4, <i8 and |b1; C order only
-// (fortran_order: True is rejected with a clear error). Shapes of any rank.
+// (fortran_order: True is rejected with a clear error). Shapes of rank 0..kMaxRank.
 // Independent of the tileattn library so that tests can link it on its own (tileattn_npy).
+//
+// The reader trusts nothing in a file: the header must be the dictionary numpy writes (exactly
+// the keys descr, fortran_order and shape, padded with spaces and ending in a newline), at most
+// kMaxHeaderBytes long, and the data it declares (shape product x element size, overflow-checked)
+// must fill the rest of the file exactly. All of this is checked before the data is allocated,
+// so a lying header costs nothing and ends in an NpyError naming the file.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace tileattn::npy {
@@ -18,6 +27,36 @@ class NpyError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An allocator whose value-initialisation leaves the elements uninitialised, so that a buffer
+// that is overwritten at once (a file read, a kernel's output) costs no zero-fill pass.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+// resize(n) leaves the new bytes uninitialised; assign(n, std::byte{0}) zero-fills.
+using Bytes = std::vector<std::byte, UninitializedAllocator<std::byte>>;
+
+// Headers longer than this are refused before they are read. numpy (since 1.24) refuses headers
+// over 10000 bytes unless load() is given a larger max_header_size, so a longer one is not a file
+// numpy reads by default; the longest header of a supported type and rank is under 1.5 KiB.
+inline constexpr std::size_t kMaxHeaderBytes = 10000;
+// numpy 2's NPY_MAXDIMS (numpy 1 allows 32).
+inline constexpr std::size_t kMaxRank = 64;
+
 enum class ElementType : std::uint8_t { f32, f16, boolean, i32, i64 };
 
 const char* descr(ElementType type) noexcept;  // "<f4", "<f2", "|b1", "<i4", "<i8"
@@ -26,7 +65,7 @@ std::size_t element_size(ElementType type) noexcept;
 struct Array {
   ElementType type = ElementType::f32;
   std::vector<std::int64_t> shape;  // empty for a 0-d array
-  std::vector<std::byte> bytes;     // element_count() * element_size(type), C order
+  Bytes bytes;                      // element_count() * element_size(type), C order
 
   std::int64_t element_count() const noexcept;
   template <typename T>
@@ -35,15 +74,25 @@ struct Array {
   }
 };
 
-// Throws NpyError naming the file and what is wrong with it.
+// Reads a .npy file (a regular file: its size is checked against the header before anything is
+// allocated). Throws NpyError naming the file and what is wrong with it.
 Array read(const std::filesystem::path& path);
 
-// Writes `data` (element_count(shape) elements of `type`) as a version 1.0 file (2.0 if the
-// header does not fit). Throws NpyError on I/O failure.
+// The same checks on a whole file held in memory; `name` prefixes every error.
+Array parse(const std::byte* data, std::size_t size, const std::string& name);
+
+// The bytes that precede the data in the file write() makes: magic, version, header length and
+// the header, padded so that the data starts at a multiple of 64 bytes as numpy does. Throws
+// NpyError for a negative or overflowing shape or a rank over kMaxRank.
+std::string preamble(ElementType type, const std::vector<std::int64_t>& shape);
+
+// Writes `data` (element_count(shape) elements of `type`) as a version 1.0 file. Throws NpyError
+// on I/O failure.
 void write(const std::filesystem::path& path, ElementType type,
            const std::vector<std::int64_t>& shape, const void* data);
 
-// Parses a header dictionary such as "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }".
+// Parses a header as stored in the file, e.g.
+// "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" + spaces + "\n".
 // Exposed for tests; throws NpyError (without a file name) when malformed.
 void parse_header(const std::string& header, ElementType& type, std::vector<std::int64_t>& shape);
 

@@ -36,10 +36,15 @@ npy::ElementType to_npy(DType t) {
 
 HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape)
     : dtype_(dtype), shape_(std::move(shape)) {
+  bytes_.assign(static_cast<std::size_t>(numel()) * size_of(dtype_), std::byte{0});
+}
+
+HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape, Uninitialized)
+    : dtype_(dtype), shape_(std::move(shape)) {
   bytes_.resize(static_cast<std::size_t>(numel()) * size_of(dtype_));
 }
 
-HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape, std::vector<std::byte> bytes)
+HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape, npy::Bytes bytes)
     : dtype_(dtype), shape_(std::move(shape)), bytes_(std::move(bytes)) {}
 
 std::int64_t HostTensor::numel() const noexcept {
@@ -85,6 +90,14 @@ void save_npy(const std::filesystem::path& path, const HostTensor& t) {
   }
 }
 
+std::string npy_preamble(const HostTensor& t) {
+  try {
+    return npy::preamble(to_npy(t.dtype()), t.shape());
+  } catch (const npy::NpyError& e) {
+    throw ToolError(e.what());
+  }
+}
+
 bool is_float_storage(DType dtype) noexcept {
   return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
 }
@@ -97,7 +110,7 @@ HostTensor convert(HostTensor t, DType to) {
   if (t.empty() || t.dtype() == to) return t;
   if (!is_float_storage(t.dtype()) || !is_float_storage(to))
     throw ToolError(std::string("cannot convert ") + to_string(t.dtype()) + " to " + to_string(to));
-  HostTensor r(to, t.shape());
+  HostTensor r(to, t.shape(), HostTensor::Uninitialized{});
   const std::int64_t n = t.numel();
   const void* src = t.data();
   void* dst = r.data();

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "npy.hpp"
 #include "tileattn/tileattn.hpp"
 
 namespace tileattn::tools {
@@ -30,7 +31,10 @@ class HostTensor {
  public:
   HostTensor() = default;
   HostTensor(DType dtype, std::vector<std::int64_t> shape);  // zero-filled
-  HostTensor(DType dtype, std::vector<std::int64_t> shape, std::vector<std::byte> bytes);
+  // Uninitialised, for a buffer that is written in full before it is read (kernel outputs).
+  struct Uninitialized {};
+  HostTensor(DType dtype, std::vector<std::int64_t> shape, Uninitialized);
+  HostTensor(DType dtype, std::vector<std::int64_t> shape, npy::Bytes bytes);
 
   bool empty() const noexcept { return bytes_.empty() && shape_.empty(); }
   DType dtype() const noexcept { return dtype_; }
@@ -54,13 +58,15 @@ class HostTensor {
  private:
   DType dtype_ = DType::f32;
   std::vector<std::int64_t> shape_;
-  std::vector<std::byte> bytes_;
+  npy::Bytes bytes_;
 };
 
 // Reads a .npy file; `name` (e.g. "--q") prefixes every error. The dtype is the file's.
 HostTensor load_npy(const std::filesystem::path& path, const char* name);
 // Writes an f32/f16/boolean/i32/i64 tensor as .npy (bf16 has no .npy type: convert first).
 void save_npy(const std::filesystem::path& path, const HostTensor& t);
+// The bytes of a .npy file that precede t's data (npy::preamble for its dtype and shape).
+std::string npy_preamble(const HostTensor& t);
 
 bool is_float_storage(DType dtype) noexcept;  // f32, f16, bf16
 // A copy of a float tensor in another float storage type (the tensor itself when equal).

@@ -1,5 +1,7 @@
-// The .npy reader/writer (tools/npy.cpp): round trips, header versions, and clear errors.
+// The .npy reader/writer (tools/npy.cpp): round trips, header versions, and a clean NpyError
+// naming the file for every kind of lying or malformed file, found before anything is allocated.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <fstream>
 
@@ -31,79 +33,262 @@ TEST(Npy, RoundTripEveryTypeAndRank) {
   round_trip<std::int64_t>(npy::ElementType::i64, {1, 2, 1, 2, 1, 2});
   round_trip<float>(npy::ElementType::f32, {});      // 0-d
   round_trip<float>(npy::ElementType::f32, {3, 0});  // empty
+  round_trip<float>(npy::ElementType::f32, std::vector<std::int64_t>(npy::kMaxRank, 1));
+  // A zero dimension makes any other dimension legal, however large.
+  round_trip<float>(npy::ElementType::f32, {0, std::int64_t{1} << 62});
 }
 
-// Writes a file with a hand-made header in format `major`.0.
-void write_raw(const std::string& path, int major, const std::string& dict,
-               std::size_t data_bytes) {
+TEST(Npy, WriterRefusesWhatTheReaderWouldRefuse) {
+  TempDir dir;
+  const float x = 0.0f;
+  EXPECT_THROW(npy::write(dir.file("a.npy"), npy::ElementType::f32,
+                          std::vector<std::int64_t>(npy::kMaxRank + 1, 1), &x),
+               npy::NpyError);
+  EXPECT_THROW(npy::write(dir.file("a.npy"), npy::ElementType::f32, {-1}, &x), npy::NpyError);
+  EXPECT_THROW(npy::write(dir.file("a.npy"), npy::ElementType::f32,
+                          {std::int64_t{1} << 40, std::int64_t{1} << 40}, &x),
+               npy::NpyError);
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+// A .npy file with the given header text stored verbatim (no padding or newline added).
+std::string npy_bytes(const std::string& header, std::size_t data_bytes, int major = 1) {
+  std::string f = "\x93NUMPY";
+  f.push_back(static_cast<char>(major));
+  f.push_back('\0');
+  const std::size_t len = header.size();
+  for (std::size_t i = 0; i < (major == 1 ? 2u : 4u); ++i)
+    f.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+  return f + header + std::string(data_bytes, '\0');
+}
+
+// The dictionary padded with spaces and a newline as numpy does.
+std::string padded(const std::string& dict, int major = 1) {
   std::string header = dict;
   const std::size_t prefix = major == 1 ? 10 : 12;
   header.append((64 - (prefix + header.size() + 1) % 64) % 64, ' ');
-  header.push_back('\n');
-  std::ofstream f(path, std::ios::binary);
-  f << "\x93NUMPY" << static_cast<char>(major) << '\0';
-  const std::size_t len = header.size();
-  for (std::size_t i = 0; i < (major == 1 ? 2u : 4u); ++i)
-    f.put(static_cast<char>((len >> (8 * i)) & 0xff));
-  f << header << std::string(data_bytes, '\0');
+  return header + '\n';
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// What reading the file gives: "ok", the NpyError's text, or "not an NpyError: ..." for anything
+// else (a std::bad_alloc among them), which every test below counts as a failure.
+std::string outcome_of_read(const std::string& path) {
+  try {
+    npy::read(path);
+    return "ok";
+  } catch (const npy::NpyError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not an NpyError: ") + e.what();
+  }
+}
+
+std::string outcome_of_parse(const std::string& bytes, const std::string& name) {
+  try {
+    npy::parse(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size(), name);
+    return "ok";
+  } catch (const npy::NpyError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not an NpyError: ") + e.what();
+  }
+}
+
+// Reads `bytes` from a file and from memory: both must fail with an NpyError that names the file
+// (resp. the name given) and contains `expected`.
+void expect_refused(const std::string& bytes, const std::string& expected) {
+  SCOPED_TRACE("expected: " + expected);
+  TempDir dir;
+  const std::string path = dir.file("lying.npy");
+  write_file(path, bytes);
+  const std::string from_file = outcome_of_read(path);
+  EXPECT_EQ(from_file.rfind(path + ": ", 0), 0u) << from_file;
+  EXPECT_NE(from_file.find(expected), std::string::npos) << from_file;
+  const std::string from_memory = outcome_of_parse(bytes, "in-memory.npy");
+  EXPECT_EQ(from_memory.rfind("in-memory.npy: ", 0), 0u) << from_memory;
+  EXPECT_NE(from_memory.find(expected), std::string::npos) << from_memory;
+}
+
+void expect_accepted(const std::string& bytes, const std::vector<std::int64_t>& shape) {
+  TempDir dir;
+  write_file(dir.file("a.npy"), bytes);
+  try {
+    EXPECT_EQ(npy::read(dir.file("a.npy")).shape, shape);
+    EXPECT_EQ(npy::parse(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size(), "m").shape,
+              shape);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+}
+
+std::string f32_dict(const std::string& shape) {
+  return "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
 }
 
 TEST(Npy, ReadsVersions2And3AndKeyOrder) {
-  TempDir dir;
   for (const int major : {1, 2, 3}) {
     SCOPED_TRACE(major);
-    write_raw(dir.file("a.npy"), major, "{'shape': (2, 3), 'fortran_order': False, 'descr': '<f4'}",
-              24);
-    const npy::Array a = npy::read(dir.file("a.npy"));
-    EXPECT_EQ(a.shape, (std::vector<std::int64_t>{2, 3}));
-    EXPECT_EQ(a.type, npy::ElementType::f32);
+    expect_accepted(
+        npy_bytes(padded("{'shape': (2, 3), 'fortran_order': False, 'descr': '<f4'}", major), 24,
+                  major),
+        {2, 3});
   }
 }
 
-TEST(Npy, ClearErrors) {
-  TempDir dir;
-  const auto error_of = [&](const std::string& dict, std::size_t bytes) {
-    write_raw(dir.file("e.npy"), 1, dict, bytes);
-    try {
-      npy::read(dir.file("e.npy"));
-    } catch (const npy::NpyError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(
-      error_of("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", 8).find("fortran_order"),
-      std::string::npos);
-  EXPECT_NE(error_of("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8)
-                .find("unsupported dtype"),
-            std::string::npos);
-  EXPECT_NE(error_of("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", 16)
-                .find("unsupported dtype"),
-            std::string::npos);
-  EXPECT_NE(
-      error_of("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 4).find("truncated"),
-      std::string::npos);
-  EXPECT_NE(error_of("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 12)
-                .find("unexpected bytes"),
-            std::string::npos);
-  EXPECT_NE(error_of("{'descr': '<f4', 'shape': (2,), }", 8).find("required"), std::string::npos);
-  EXPECT_NE(
-      error_of("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }", 8).find("malformed"),
-      std::string::npos);
-  EXPECT_NE(error_of("not a dict", 0).find("malformed"), std::string::npos);
-  EXPECT_THROW(npy::read(dir.file("missing.npy")), npy::NpyError);
-  std::ofstream(dir.file("text.npy")) << "hello";
-  EXPECT_THROW(npy::read(dir.file("text.npy")), npy::NpyError);
+TEST(Npy, AcceptsWhatPythonWritesForTheDictionary) {
+  expect_accepted(npy_bytes(padded("{'descr':'<f4','fortran_order':False,'shape':(2,)}"), 8), {2});
+  expect_accepted(
+      npy_bytes(padded("{ \"shape\" : ( 2 , 3 , ) , 'descr' : \"<f4\" , 'fortran_order' : False }"),
+                24),
+      {2, 3});
+  expect_accepted(npy_bytes(padded(f32_dict("()")), 4), {});
+  expect_accepted(npy_bytes(padded(f32_dict("(0,)")), 0), {0});
+  expect_accepted(npy_bytes(f32_dict("(1,)") + "\n", 4), {1});  // not padded to 64: still valid
 }
 
-TEST(Npy, ErrorNamesTheFile) {
-  TempDir dir;
-  try {
-    npy::read(dir.file("missing.npy"));
-    FAIL();
-  } catch (const npy::NpyError& e) {
-    EXPECT_NE(std::string(e.what()).find("missing.npy"), std::string::npos);
+TEST(Npy, DataSizeMustMatchTheFile) {
+  // The case that used to allocate and zero 1 GiB before noticing.
+  expect_refused(npy_bytes(padded(f32_dict("(16384, 16384)")), 128),
+                 "claims 1073741824 bytes of data but the file holds 128");
+  expect_refused(npy_bytes(padded(f32_dict("(2,)")), 12),
+                 "claims 8 bytes of data but the file holds 12");
+  expect_refused(npy_bytes(padded(f32_dict("(2,)")), 4),
+                 "claims 8 bytes of data but the file holds 4");
+  // Claims beyond any allocation: these used to end in std::bad_alloc.
+  expect_refused(npy_bytes(padded(f32_dict("(1099511627776, 1024)")), 16), "claims");
+  expect_refused(npy_bytes(padded(f32_dict("(4294967296, 4294967296, 4)")), 16),
+                 "more than 2^63 bytes");
+  expect_refused(npy_bytes(padded(f32_dict("(9223372036854775807,)")), 16), "more than 2^63 bytes");
+  expect_refused(npy_bytes(padded(f32_dict("(3037000500, 3037000500)")), 16),
+                 "more than 2^63 bytes");
+}
+
+TEST(Npy, ShapeMustBeATupleOfNonNegativeIntegers) {
+  expect_refused(npy_bytes(padded(f32_dict("(99999999999999999999,)")), 4), "larger than 2^63 - 1");
+  expect_refused(npy_bytes(padded(f32_dict("(-1, 2)")), 4), "negative shape dimension");
+  expect_refused(npy_bytes(padded(f32_dict("(2.0,)")), 8), "non-negative decimal integers");
+  expect_refused(npy_bytes(padded(f32_dict("(2e3,)")), 8), "non-negative decimal integers");
+  expect_refused(npy_bytes(padded(f32_dict("(0x10,)")), 64), "non-negative decimal integers");
+  expect_refused(npy_bytes(padded(f32_dict("((2,), 3)")), 24), "non-negative decimal integers");
+  expect_refused(npy_bytes(padded(f32_dict("[2, 3]")), 24), "expected '(' to open the shape");
+  expect_refused(npy_bytes(padded(f32_dict("(3)")), 12), "(n,)");
+  expect_refused(npy_bytes(padded(f32_dict("(,)")), 0), "non-negative decimal integers");
+  expect_refused(npy_bytes(padded(f32_dict("(2,,)")), 8), "non-negative decimal integers");
+  expect_refused(npy_bytes(padded(f32_dict("(02,)")), 8), "leading zero");
+  expect_refused(npy_bytes(padded(f32_dict("(2 3)")), 24), "expected ','");
+  expect_refused(npy_bytes(padded("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3}"), 24),
+                 "expected ','");
+  std::string rank65 = "(";
+  for (std::size_t i = 0; i <= npy::kMaxRank; ++i) rank65 += "1, ";
+  expect_refused(npy_bytes(padded(f32_dict(rank65 + ")")), 4), "more than 64 dimensions");
+}
+
+TEST(Npy, KeysMustBeExactlyDescrFortranOrderShape) {
+  expect_refused(npy_bytes(padded("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), "
+                                  "'extra': 1}"),
+                           8),
+                 "unexpected key 'extra'");
+  expect_refused(npy_bytes(padded("{'descr': '<f4', 'shape': (2,), }"), 8),
+                 "missing key 'fortran_order'");
+  expect_refused(npy_bytes(padded("{'descr': '<f4', 'fortran_order': False}"), 8),
+                 "missing key 'shape'");
+  expect_refused(npy_bytes(padded("{}"), 8), "missing key 'descr'");
+  expect_refused(npy_bytes(padded("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, "
+                                  "'shape': (2,)}"),
+                           8),
+                 "key 'descr' appears twice");
+  expect_refused(npy_bytes(padded("{'shape': (2,), 'fortran_order': False, 'shape': (2,), "
+                                  "'descr': '<f4'}"),
+                           8),
+                 "key 'shape' appears twice");
+  expect_refused(npy_bytes(padded("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }"), 8),
+                 "fortran_order: True is not supported");
+  expect_refused(npy_bytes(padded("{'descr': '<f4', 'fortran_order': 0, 'shape': (2,), }"), 8),
+                 "True or False");
+  expect_refused(npy_bytes(padded("{'descr': '<f4', 'fortran_order': Falsey, 'shape': (2,), }"), 8),
+                 "True or False");
+  expect_refused(npy_bytes(padded("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }"), 8),
+                 "unsupported dtype '>f4'");
+  expect_refused(npy_bytes(padded("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }"), 16),
+                 "unsupported dtype '<f8'");
+  expect_refused(
+      npy_bytes(padded("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }"), 8),
+      "expected a quoted string");
+  expect_refused(npy_bytes(padded("{'descr': '<f4', 'fortran_order': False, 'shape': (2,),, }"), 8),
+                 "expected a quoted string");
+  expect_refused(npy_bytes(padded("{'descr': '<f4' 'fortran_order': False, 'shape': (2,)}"), 8),
+                 "expected ',' between entries");
+}
+
+TEST(Npy, HeaderTextIsWhatNumpyWrites) {
+  expect_refused(npy_bytes(padded("{'descr: '<f4', 'fortran_order': False, 'shape': (2,), }"), 8),
+                 "unexpected key 'descr: '");
+  expect_refused(npy_bytes(padded("{'descr': '<f4, 'fortran_order': False, 'shape': (2,), }"), 8),
+                 "unsupported dtype");
+  expect_refused(npy_bytes(padded("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'a"), 8),
+                 "unterminated string");
+  expect_refused(
+      npy_bytes(padded("{'descr': '<f\\x34', 'fortran_order': False, 'shape': (2,)}"), 8),
+      "escape sequences");
+  // Non-printable bytes are refused and shown escaped.
+  expect_refused(
+      npy_bytes(padded("{'descr': '<f4\x01', 'fortran_order': False, 'shape': (2,)}"), 8),
+      "byte 14 is '\\x01', not printable ASCII");
+  expect_refused(
+      npy_bytes(padded("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'k\x93': 1}"), 8),
+      "'\\x93'");
+  expect_refused(npy_bytes(padded("{'descr':\t'<f4', 'fortran_order': False, 'shape': (2,)}"), 8),
+                 "'\\x09'");
+  expect_refused(npy_bytes(f32_dict("(2,)") + "   ", 8), "must end with a newline");
+  expect_refused(npy_bytes(f32_dict("(2,)") + " \n\n", 8), "'\\x0a', not printable ASCII");
+  expect_refused(npy_bytes(padded(" " + f32_dict("(2,)")), 8), "expected '{'");
+  expect_refused(npy_bytes(padded(f32_dict("(2,)") + " x"), 8), "unexpected text after");
+  expect_refused(npy_bytes(padded("not a dict"), 0), "expected '{'");
+  expect_refused(npy_bytes("\n", 0), "expected '{'");
+  expect_refused(npy_bytes("", 0), "must end with a newline");
+}
+
+TEST(Npy, PreambleIsChecked) {
+  const std::string good = npy_bytes(padded(f32_dict("(2,)")), 8);
+  expect_refused("", "truncated");
+  expect_refused(good.substr(0, 3), "truncated");  // a prefix of the magic string
+  expect_refused(good.substr(0, 7), "truncated");
+  expect_refused(good.substr(0, 9), "truncated");
+  expect_refused("hello, world", "not a .npy file: it starts with 'hello, w'");
+  expect_refused(std::string("\x93NUMPZ\x01\x00", 8),
+                 "it starts with '\\x93NUMPZ\\x01\\x00', not '\\x93NUMPY'");
+  for (const char* version : {"\x04\x00", "\x01\x01", "\x00\x00"}) {
+    std::string v = good;
+    v.replace(6, 2, version, 2);
+    expect_refused(v, "unsupported .npy format version");
   }
+  // Header lengths beyond the file and beyond the cap, read from a short file.
+  std::string beyond = good;
+  beyond[8] = static_cast<char>(0xe8);  // 1000
+  beyond[9] = 0x03;
+  expect_refused(beyond, "header length 1000 runs past the end of the file (136 bytes)");
+  const std::string huge_v2 =
+      std::string("\x93NUMPY\x02\x00", 8) + std::string("\x00\x00\x00\x40", 4);
+  expect_refused(huge_v2 + "{}", "header length 1073741824 exceeds the limit of 10000 bytes");
+  expect_refused(npy_bytes(padded(f32_dict("(2,)") + std::string(10000, ' '), 2), 8, 2),
+                 "exceeds the limit of 10000 bytes");
+}
+
+TEST(Npy, OnlyRegularFilesAreRead) {
+  TempDir dir;
+  EXPECT_NE(outcome_of_read(dir.path().string()).find("cannot read a directory"),
+            std::string::npos);
+  ASSERT_EQ(::mkfifo(dir.file("fifo.npy").c_str(), 0600), 0);
+  // Must not wait for a writer.
+  EXPECT_NE(outcome_of_read(dir.file("fifo.npy")).find("cannot read a pipe"), std::string::npos);
+  EXPECT_NE(outcome_of_read("/dev/zero").find("/dev/zero: cannot read a character device"),
+            std::string::npos);
+  EXPECT_NE(outcome_of_read(dir.file("missing.npy")).find("missing.npy: cannot open"),
+            std::string::npos);
 }
 
 }  // namespace
