@@ -25,7 +25,7 @@ struct RunOptions {
   std::string dtype;  // empty: f16 when q, k, v are all f16, else f32
   std::string backend = "auto";
   std::string isa = "best";
-  float scale = 0.0f;
+  std::string scale;  // as typed; empty = 1/sqrt(D)
   float softcap = 0.0f;
   int threads = 0;
   bool verbose = false;
@@ -74,7 +74,7 @@ int run(const RunOptions& o) {
   AttentionArgs args;
   apply_causal(o.causal, args);
   parse_window(o.window, args.window_left, args.window_right);
-  args.scale = o.scale;
+  args.scale = parse_scale(o.scale);
   args.softcap = o.softcap;
   Context ctx;
   ctx.backend = parse_backend(o.backend);
@@ -152,7 +152,7 @@ Command add_run_command(CLI::App& app) {
                   "Mask .npy, bool (true = attend) or float32 (additive), broadcastable to "
                   "[B, Hq, Lq, Lk]");
   sub->add_option("--key-lengths", o->key_lengths, "Valid key lengths .npy, int32/int64 [B]");
-  sub->add_option("--scale", o->scale, "Score scale; 0 = 1/sqrt(D)")->capture_default_str();
+  add_scale_option(*sub, o->scale);
   sub->add_option("--softcap", o->softcap, "Softcap c > 0: s = c*tanh(s/c); 0 = off")
       ->capture_default_str();
   sub->add_option("--alibi", o->alibi, "ALiBi slopes .npy, float32 [Hq] or [B, Hq]");
@@ -164,9 +164,7 @@ Command add_run_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "cpu", "reference", "cuda"}))
       ->capture_default_str();
   add_isa_option(*sub, o->isa);
-  sub->add_option("--threads", o->threads, "CPU threads; 0 = OpenMP default")
-      ->check(CLI::Range(0, 1 << 16))
-      ->capture_default_str();
+  add_threads_option(*sub, o->threads);
   sub->add_flag("--verbose,-v", o->verbose, "Print the backend, time and files written");
   return {sub, [o] { return run(*o); }};
 }

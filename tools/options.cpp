@@ -1,8 +1,11 @@
 #include "options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -141,7 +144,7 @@ void Problem::add_options(CLI::App& app) {
   check_window_option(app, window);
   app.add_option("--softcap", softcap, "Softcap c > 0: s = c*tanh(s/c); 0 = off")
       ->capture_default_str();
-  app.add_option("--scale", scale, "Score scale; 0 = 1/sqrt(D)")->capture_default_str();
+  add_scale_option(app, scale);
   app.add_option("--dtype", dtype, "Storage precision of q, k, v")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str();
@@ -149,13 +152,55 @@ void Problem::add_options(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "cpu", "reference", "cuda"}))
       ->capture_default_str();
   add_isa_option(app, isa);
-  app.add_option("--threads", threads, "CPU threads; 0 = OpenMP default")
-      ->check(CLI::Range(0, 1 << 16))
-      ->capture_default_str();
+  add_threads_option(app, threads);
   app.add_option("--seed", seed, "Random seed; 0 = a fresh one (printed)");
   app.add_option("--dropout", dropout,
                  "Dropout probability in [0, 1) (Philox keyed by --seed, offset 0); 0 = off")
       ->capture_default_str();
+}
+
+void add_scale_option(CLI::App& app, std::string& target) {
+  // Checked while parsing too, so that a given but empty value is refused rather than read as
+  // "not given".
+  app.add_option("--scale", target, "Score scale, used as given (0 too); default 1/sqrt(D)")
+      ->check(
+          [](const std::string& text) -> std::string {
+            // CLI11 puts "--scale: " in front of what this returns.
+            if (text.empty()) return "an empty value is not a number";
+            try {
+              parse_scale(text);
+            } catch (const ToolError& e) {
+              const std::string why = e.what();
+              const std::string prefix = "--scale: ";
+              return why.rfind(prefix, 0) == 0 ? why.substr(prefix.size()) : why;
+            }
+            return "";
+          },
+          "FLOAT");
+}
+
+void add_threads_option(CLI::App& app, int& target) {
+  app.add_option("--threads", target,
+                 "CPU threads, at most " + std::to_string(kMaxThreads) + "; 0 = OpenMP default")
+      ->check(CLI::Range(0, kMaxThreads))
+      ->capture_default_str();
+}
+
+std::optional<float> parse_scale(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  const auto refuse = [&](const char* why) -> std::optional<float> {
+    throw ToolError("--scale: '" + text + "' " + why);
+  };
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0') return refuse("is not a number");
+  if (!std::isfinite(value)) return refuse("is not a finite number");
+  const auto f = static_cast<float>(value);
+  if (!std::isfinite(f)) return refuse("overflows f32 (at most 3.4e38)");
+  if (f == 0.0f && value != 0.0) return refuse("rounds to 0 in f32 (the smallest is 1.4e-45)");
+  if (errno == ERANGE) return refuse("rounds to 0 in f32 (the smallest is 1.4e-45)");
+  return f;
 }
 
 AttentionArgs Problem::args() const {
@@ -163,7 +208,7 @@ AttentionArgs Problem::args() const {
   apply_causal(causal, a);
   parse_window(window, a.window_left, a.window_right);
   a.softcap = softcap;
-  a.scale = scale;
+  a.scale = parse_scale(scale);
   a.dropout_p = dropout;
   a.dropout_seed = seed;
   return a;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "tensor_io.hpp"
@@ -27,6 +28,14 @@ Layout parse_layout(const std::string& name);  // bshd | bhsd
 void check_causal_option(CLI::App& app, std::string& target);
 void check_window_option(CLI::App& app, std::string& target);
 void add_isa_option(CLI::App& app, std::string& target);
+// --scale TEXT: what the user typed, stored as text and turned into the library's scale by
+// parse_scale. --threads N in [0, tileattn::kMaxThreads].
+void add_scale_option(CLI::App& app, std::string& target);
+void add_threads_option(CLI::App& app, int& target);
+// Empty text: not given (1/sqrt(D)). Otherwise the number as f32, honoured as given (0 too);
+// refused (ToolError naming --scale) when it is not a finite number, when it overflows f32, or
+// when it is not 0 but rounds to 0 in f32 (e.g. 1e-50).
+std::optional<float> parse_scale(const std::string& text);
 
 // A random attention problem (bench, verify, demo). Always bshd; out is f32.
 struct Problem {
@@ -34,7 +43,7 @@ struct Problem {
   std::string causal = "none";
   std::string window = "-1,-1";
   float softcap = 0.0f;
-  float scale = 0.0f;
+  std::string scale;  // as typed; empty = 1/sqrt(D)
   std::string dtype = "f32";
   std::string backend = "cpu";
   std::string isa = "best";
