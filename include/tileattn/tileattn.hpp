@@ -151,9 +151,10 @@ enum class Backend : std::uint8_t {
 //   portable:    no SIMD assumptions beyond the compiler's baseline
 enum class CpuIsa : std::uint8_t { amx_bf16, avx512_bf16, avx512, avx2, portable, best = 255 };
 
-// The largest CPU thread count a call accepts: far above any machine's cores (threads beyond
-// them only add overhead), and low enough that the per-thread scratch and stacks of that many
-// OpenMP threads fit any machine that runs the library.
+// The largest Context::threads a call accepts. Above the core count of any machine the library
+// targets (more threads than cores only add overhead), and a count OpenMP on Linux creates
+// without trouble; a much larger one (65536) can exhaust the process's thread or memory limits,
+// and OpenMP aborts the process when it cannot start a thread.
 inline constexpr int kMaxThreads = 1024;
 
 struct Context {
