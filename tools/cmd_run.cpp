@@ -1,7 +1,6 @@
-// tileattn run: attention on .npy files. OUT (and LSE) are written only after the computation
-// succeeded, through a temporary name and a rename, so a failed run leaves no output behind.
-#include <unistd.h>
-
+// tileattn run: attention on .npy files. The outputs are checked before anything is read or
+// computed and written only after the computation succeeded (output_files.hpp), so a failed
+// run leaves no output behind and never touches an input.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <filesystem>
@@ -12,6 +11,7 @@
 #include "commands.hpp"
 #include "cuda_staging.hpp"
 #include "options.hpp"
+#include "output_files.hpp"
 #include "tensor_io.hpp"
 
 namespace tileattn::tools {
@@ -39,38 +39,15 @@ HostTensor load_float_input(const std::string& path, const char* name) {
   return t;
 }
 
-// Removes the temporary files it was given unless release() was called.
-class TempFiles {
- public:
-  std::filesystem::path add(const std::filesystem::path& final_path) {
-    std::filesystem::path tmp = final_path;
-    tmp += ".tmp-" + std::to_string(::getpid());
-    paths_.push_back(tmp);
-    return tmp;
-  }
-  void release() { paths_.clear(); }
-  ~TempFiles() {
-    std::error_code ec;
-    for (const auto& p : paths_) std::filesystem::remove(p, ec);
-  }
-
- private:
-  std::vector<std::filesystem::path> paths_;
-};
-
-// Fails early (before any computation) when an output cannot be created where asked.
-void check_writable(const std::string& path, const char* flag) {
-  const std::filesystem::path parent = std::filesystem::absolute(path).parent_path();
-  if (!std::filesystem::is_directory(parent))
-    throw ToolError(std::string(flag) + ": cannot write " + path + ": no directory " +
-                    parent.string());
-  if (std::filesystem::is_directory(path))
-    throw ToolError(std::string(flag) + ": cannot write " + path + ": it is a directory");
-}
-
 int run(const RunOptions& o) {
-  check_writable(o.out, "--out");
-  if (!o.lse.empty()) check_writable(o.lse, "--lse");
+  std::vector<NamedPath> outputs = {{"--out", o.out}};
+  if (!o.lse.empty()) outputs.push_back({"--lse", o.lse});
+  OutputFiles files(outputs, {{"--q", o.q},
+                              {"--k", o.k},
+                              {"--v", o.v},
+                              {"--mask", o.mask},
+                              {"--key-lengths", o.key_lengths},
+                              {"--alibi", o.alibi}});
   AttentionArgs args;
   apply_causal(o.causal, args);
   parse_window(o.window, args.window_left, args.window_right);
@@ -96,8 +73,10 @@ int run(const RunOptions& o) {
   if (!o.mask.empty()) buf.mask = load_npy(o.mask, "--mask");
   if (!o.key_lengths.empty()) buf.key_lengths = load_npy(o.key_lengths, "--key-lengths");
   if (!o.alibi.empty()) buf.alibi_slopes = load_npy(o.alibi, "--alibi");
-  buf.out = HostTensor(DType::f32, out_shape(buf.q, buf.v));
-  if (!o.lse.empty()) buf.lse = HostTensor(DType::f32, lse_shape(buf.q, buf.layout));
+  // Uninitialised: the library writes every element (or throws, and nothing is saved).
+  buf.out = HostTensor(DType::f32, out_shape(buf.q, buf.v), HostTensor::Uninitialized{});
+  if (!o.lse.empty())
+    buf.lse = HostTensor(DType::f32, lse_shape(buf.q, buf.layout), HostTensor::Uninitialized{});
   buf.bind(args);
   const DeviceStaging device(buf, args, ctx);  // --backend cuda: device copies
 
@@ -107,28 +86,15 @@ int run(const RunOptions& o) {
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
   device.fetch(buf);
 
-  TempFiles temps;
-  const auto save = [&](const HostTensor& t, const std::string& path, const char* flag) {
-    const std::filesystem::path tmp = temps.add(path);
-    try {
-      save_npy(tmp, t);
-    } catch (const ToolError&) {
-      throw ToolError(std::string(flag) + ": cannot write " + path);
-    }
-    return tmp;
-  };
-  const std::filesystem::path out_tmp = save(buf.out, o.out, "--out");
-  const std::filesystem::path lse_tmp = o.lse.empty() ? "" : save(buf.lse, o.lse, "--lse");
-  std::error_code ec;
-  if (!o.lse.empty()) std::filesystem::rename(lse_tmp, o.lse, ec);
-  if (!ec) std::filesystem::rename(out_tmp, o.out, ec);
-  if (ec) throw ToolError("cannot rename the output into place: " + ec.message());
-  temps.release();
+  // Both outputs are complete on disk before either replaces anything.
+  files.stage(0, npy_preamble(buf.out), buf.out.data(), buf.out.size_bytes());
+  if (!o.lse.empty()) files.stage(1, npy_preamble(buf.lse), buf.lse.data(), buf.lse.size_bytes());
+  files.commit();
 
   if (o.verbose)
     std::cout << "tileattn run: " << to_string(ctx.backend) << " backend, dtype "
-              << to_string(compute) << ", " << elapsed.count() * 1e3 << " ms; wrote " << o.out
-              << (o.lse.empty() ? "" : " and " + o.lse) << '\n';
+              << to_string(compute) << ", attention " << elapsed.count() * 1e3 << " ms; wrote "
+              << o.out << (o.lse.empty() ? "" : " and " + o.lse) << '\n';
   return 0;
 }
 
