@@ -38,7 +38,7 @@ const char* to_string(DType dtype) noexcept;
 std::size_t size_of(DType dtype) noexcept;
 
 // A non-owning view of a strided tensor of rank 1..4. Strides are in elements, not bytes.
-// `data == nullptr` means "absent" for the optional arguments.
+// An absent optional argument is `Tensor{}` (rank 0, no data); a shape without data is an error.
 struct Tensor {
   void* data = nullptr;
   DType dtype = DType::f32;
