@@ -558,9 +558,9 @@ void describe(const Problem& p) {
                  "  causal %d alignment %d window (%lld, %lld) scale %g softcap %g dropout %g "
                  "(seed %llu offset %llu) deterministic %d isa %s out_aliases_q %d backward %d\n",
                  a.causal, static_cast<int>(a.alignment), static_cast<long long>(a.window_left),
-                 static_cast<long long>(a.window_right), static_cast<double>(a.scale),
-                 static_cast<double>(a.softcap), static_cast<double>(a.dropout_p),
-                 static_cast<unsigned long long>(a.dropout_seed),
+                 static_cast<long long>(a.window_right),
+                 static_cast<double>(a.scale.value_or(0.0f)), static_cast<double>(a.softcap),
+                 static_cast<double>(a.dropout_p), static_cast<unsigned long long>(a.dropout_seed),
                  static_cast<unsigned long long>(a.dropout_offset), a.deterministic,
                  tileattn::to_string(p.isa), p.out_aliases_input, p.backward);
     std::fprintf(stderr,
@@ -655,7 +655,7 @@ Conditioning conditioning(const Problem& p) {
   const auto& a = p.args;
   const double D = static_cast<double>(p.q.t.shape[3]);
   const double Lq = static_cast<double>(p.q.t.shape[1]), Lk = static_cast<double>(p.k.t.shape[1]);
-  const double scale = a.scale != 0.0f ? a.scale : 1.0 / std::sqrt(D);
+  const double scale = a.scale.has_value() ? *a.scale : 1.0 / std::sqrt(D);
   Conditioning c;
   c.max_score = std::fabs(scale) * D * p.max_q * p.max_k;
   if (a.softcap > 0.0f) c.max_score = std::min<double>(c.max_score, a.softcap);
@@ -778,7 +778,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const double D = static_cast<double>(p.q.t.shape[3]), Dv = static_cast<double>(p.v.t.shape[3]);
   const double Lq = static_cast<double>(p.q.t.shape[1]);
   const double group = static_cast<double>(p.q.t.shape[2] / p.k.t.shape[2]);
-  const double scale = std::fabs(a.scale != 0.0f ? a.scale : 1.0 / std::sqrt(D));
+  const double scale = std::fabs(a.scale.has_value() ? *a.scale : 1.0 / std::sqrt(D));
   const double dp = 2 * Dv * p.max_dout * p.max_v * cond.keep_scale;
   const bool wide =
       is_16bit(p.q.t.dtype) || is_16bit(p.out_ref.t.dtype) || is_16bit(p.dout.t.dtype);
