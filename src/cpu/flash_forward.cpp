@@ -95,15 +95,19 @@ void transpose_rows(const float* const* rows, std::int64_t n, std::int64_t cols,
     for (std::int64_t k = 0; k < cols; ++k) dst[k * ld + r] = rows[r][k];
 }
 
-// Asks for every cache line of `rows` rows of `row_bytes` bytes, `stride_bytes` apart, before
+// Asks for every cache line of `rows` rows of `row_bytes` bytes, `stride` elements apart, before
 // they are read: the rows of a tile or key block lie a whole token's heads apart in memory (8 KiB
 // at 16 heads of D 128 in f32), far from the caches and beyond the hardware's stream prefetch,
 // and their transposes otherwise wait for one miss after another.
-void prefetch_rows(const void* first, std::int64_t rows, std::int64_t stride_bytes,
-                   std::int64_t row_bytes) {
+// `stride` is in elements of `element_bytes`: a single row's stride is never used (validation
+// does not bound it, and stride * element_bytes may overflow), nor is a step past the last row.
+void prefetch_rows(const void* first, std::int64_t rows, std::int64_t stride,
+                   std::int64_t element_bytes, std::int64_t row_bytes) {
   const char* row = static_cast<const char*>(first);
-  for (std::int64_t r = 0; r < rows; ++r, row += stride_bytes)
+  for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
+    if (r + 1 < rows) row += stride * element_bytes;
+  }
 }
 
 const void* k_row(const AttnParams& p, std::int64_t b, std::int64_t key, std::int64_t kv_head) {
@@ -190,8 +194,8 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
   const std::int64_t width = std::max(D, Dv);
   const std::int64_t esize = size_of(p.dtype);
   if (valid > 0) {
-    prefetch_rows(k_row(p, b, kb * block_k, kv_head), valid, p.k_stride_l * esize, D * esize);
-    prefetch_rows(v_row(p, b, kb * block_k, kv_head), valid, p.v_stride_l * esize, Dv * esize);
+    prefetch_rows(k_row(p, b, kb * block_k, kv_head), valid, p.k_stride_l, esize, D * esize);
+    prefetch_rows(v_row(p, b, kb * block_k, kv_head), valid, p.v_stride_l, esize, Dv * esize);
   }
   for (std::int64_t c = 0; c < valid; ++c)
     rows[c] = row_as_f32(k_row(p, b, kb * block_k + c, kv_head), p.dtype, 0, D, buffer + c * width,
@@ -334,7 +338,8 @@ struct ThreadScratch {
     row_scale.resize(n(bq));
     lse.resize(n(bq));
     pack_rows.resize(n(std::max(bk, bq)));
-    if (p.dtype != DType::f32) pack_block.resize(n(std::max(bk, bq) * std::max(p.dim, p.dim_v)));
+    // f32 rows need no conversion, but the drivers form their buffer pointers all the same.
+    pack_block.resize(n(std::max(bk, bq) * std::max(p.dim, p.dim_v)));
     key_first.resize(n(bq));
     key_last.resize(n(bq));
     q_poison.resize(n(bq));
@@ -375,7 +380,7 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
   // A query row that is not finite is packed as zeros; run_tile makes it NaN if it sees a key.
   if (plan.family == KernelFamily::f32) {  // groups of q_group rows, each [D][q_group]
     const std::int64_t esize = size_of(p.dtype);
-    prefetch_rows(static_cast<const char*>(p.q) + offset(0) * esize, rows, p.q_stride_l * esize,
+    prefetch_rows(static_cast<const char*>(p.q) + offset(0) * esize, rows, p.q_stride_l, esize,
                   D * esize);
     for (std::int64_t r = 0; r < rows; ++r) {
       s.pack_rows[r] =
