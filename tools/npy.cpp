@@ -1,6 +1,7 @@
 #include "npy.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <new>
 #include <sstream>
 #include <string_view>
+#include <utility>
 
 namespace tileattn::npy {
 namespace {
@@ -21,6 +23,9 @@ constexpr std::string_view kMagic("\x93NUMPY", 6);
 // magic, major, minor, then a 2-byte (1.0) or 4-byte (2.0, 3.0) little-endian header length
 constexpr std::size_t kPrefixV1 = 10;
 constexpr std::size_t kPrefixV2 = 12;
+constexpr std::align_val_t kBufferAlignment{64};
+// Data at least this large is mapped rather than read.
+constexpr std::uint64_t kMapThreshold = std::uint64_t{1} << 20;
 
 [[noreturn]] void fail(const std::string& message) {
   throw NpyError(message);
@@ -163,23 +168,25 @@ ElementType parse_descr(const std::string& d) {
        " (supported: <f4 float32, <f2 float16, |b1 bool, <i4 int32, <i8 int64, little-endian)");
 }
 
-// The data size in bytes that `shape` of `type` declares; fails when it does not fit 63 bits.
+// The data size in bytes that `shape` of `type` declares. Like numpy, refuses a shape whose
+// non-zero dimensions times the element size exceed 63 bits even when another dimension is 0, so
+// that no partial product of the shape overflows.
 std::uint64_t data_bytes(const std::vector<std::int64_t>& shape, ElementType type) {
   constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
   std::uint64_t bytes = element_size(type);
   bool zero = false;
   for (const std::int64_t d : shape) {
     if (d < 0) fail("negative dimension in shape " + shape_string(shape));
-    zero = zero || d == 0;
-  }
-  if (zero) return 0;
-  for (const std::int64_t d : shape) {
+    if (d == 0) {
+      zero = true;
+      continue;
+    }
     if (bytes > kMax / static_cast<std::uint64_t>(d))
       fail("shape " + shape_string(shape) + " of " + descr(type) +
            " declares more than 2^63 bytes of data");
     bytes *= static_cast<std::uint64_t>(d);
   }
-  return bytes;
+  return zero ? 0 : bytes;
 }
 
 // Where the header is, from the first min(file_size, 12) bytes of a file of `file_size` bytes.
@@ -231,13 +238,11 @@ Array parse_header_and_size(const std::string& header, std::uint64_t available,
   return a;
 }
 
-void allocate(Bytes& bytes, std::uint64_t size) {
+Buffer allocate(std::uint64_t size) {
   try {
     if (size > std::numeric_limits<std::size_t>::max()) throw std::bad_alloc();
-    bytes.resize(static_cast<std::size_t>(size));  // uninitialised: read over at once
+    return Buffer(static_cast<std::size_t>(size));  // uninitialised: read over at once
   } catch (const std::bad_alloc&) {
-    fail("cannot allocate " + std::to_string(size) + " bytes for the data");
-  } catch (const std::length_error&) {
     fail("cannot allocate " + std::to_string(size) + " bytes for the data");
   }
 }
@@ -286,6 +291,78 @@ const char* file_kind(mode_t mode) {
 
 }  // namespace
 
+Buffer::Buffer(std::size_t size) : size_(size) {
+  if (size > 0) data_ = static_cast<std::byte*>(::operator new(size, kBufferAlignment));
+}
+
+Buffer::Buffer(std::size_t size, std::byte fill) : Buffer(size) {
+  if (size_ > 0) std::memset(data_, static_cast<int>(fill), size_);
+}
+
+std::optional<Buffer> Buffer::map_file(int fd, std::uint64_t offset, std::size_t size) {
+  // From the start of the file, so that the map's offset is page-aligned. Populated read-only
+  // (a writable private map would be populated by copying every page), then made writable:
+  // the pages stay shared with the page cache until something writes to them.
+  const std::size_t length = static_cast<std::size_t>(offset) + size;
+  void* map = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  if (map == MAP_FAILED) return std::nullopt;
+  if (::mprotect(map, length, PROT_READ | PROT_WRITE) != 0) {
+    ::munmap(map, length);
+    return std::nullopt;
+  }
+  Buffer b;
+  b.mapping_ = map;
+  b.mapping_size_ = length;
+  b.data_ = static_cast<std::byte*>(map) + offset;
+  b.size_ = size;
+  return b;
+}
+
+Buffer::~Buffer() {
+  release();
+}
+
+Buffer::Buffer(const Buffer& other) : Buffer(other.size_) {
+  if (size_ > 0) std::memcpy(data_, other.data_, size_);
+}
+
+Buffer& Buffer::operator=(const Buffer& other) {
+  if (this != &other) *this = Buffer(other);
+  return *this;
+}
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      mapping_(std::exchange(other.mapping_, nullptr)),
+      mapping_size_(std::exchange(other.mapping_size_, 0)) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    mapping_size_ = std::exchange(other.mapping_size_, 0);
+  }
+  return *this;
+}
+
+void Buffer::release() noexcept {
+  if (mapping_)
+    ::munmap(mapping_, mapping_size_);
+  else if (data_)
+    ::operator delete(data_, kBufferAlignment);
+  data_ = nullptr;
+  size_ = 0;
+  mapping_ = nullptr;
+  mapping_size_ = 0;
+}
+
+bool operator==(const Buffer& a, const Buffer& b) noexcept {
+  return a.size_ == b.size_ && (a.size_ == 0 || std::memcmp(a.data_, b.data_, a.size_) == 0);
+}
+
 const char* descr(ElementType type) noexcept {
   switch (type) {
     case ElementType::f32: return "<f4";
@@ -309,6 +386,10 @@ std::size_t element_size(ElementType type) noexcept {
 }
 
 std::int64_t Array::element_count() const noexcept {
+  // A zero anywhere makes the product 0 (the reader accepts large dims beside a 0, whose
+  // partial products would overflow).
+  for (const std::int64_t d : shape)
+    if (d == 0) return 0;
   std::int64_t count = 1;
   for (const std::int64_t d : shape) count *= d;
   return count;
@@ -396,7 +477,15 @@ Array read(const std::filesystem::path& path) {
 
     std::uint64_t bytes = 0;
     Array a = parse_header_and_size(header, file_size - data_offset, bytes);
-    allocate(a.bytes, bytes);
+    // A map costs no copy and no page zeroing (about 10x less than a read into fresh memory);
+    // small or unaligned data is read (the library needs element-aligned pointers).
+    if (bytes >= kMapThreshold && data_offset % 64 == 0)
+      if (std::optional<Buffer> map =
+              Buffer::map_file(file.get(), data_offset, static_cast<std::size_t>(bytes))) {
+        a.bytes = std::move(*map);
+        return a;
+      }
+    a.bytes = allocate(bytes);
     if (read_at(file.get(), a.bytes.data(), a.bytes.size(), data_offset) != a.bytes.size())
       fail("the file shrank while it was read");
     return a;
@@ -413,8 +502,8 @@ Array parse(const std::byte* data, std::size_t size, const std::string& name) {
     const std::size_t data_offset = prefix.header_offset + prefix.header_len;
     std::uint64_t bytes = 0;
     Array a = parse_header_and_size(header, size - data_offset, bytes);
-    allocate(a.bytes, bytes);
-    std::copy_n(data + data_offset, a.bytes.size(), a.bytes.begin());
+    a.bytes = allocate(bytes);
+    if (bytes > 0) std::memcpy(a.bytes.data(), data + data_offset, a.bytes.size());
     return a;
   } catch (const NpyError& e) {
     throw NpyError(name + ": " + e.what());

@@ -5,19 +5,18 @@
 //
 // The reader trusts nothing in a file: the header must be the dictionary numpy writes (exactly
 // the keys descr, fortran_order and shape, padded with spaces and ending in a newline), at most
-// kMaxHeaderBytes long, and the data it declares (shape product x element size, overflow-checked)
-// must fill the rest of the file exactly. All of this is checked before the data is allocated,
-// so a lying header costs nothing and ends in an NpyError naming the file.
+// kMaxHeaderBytes long, and the data it declares (shape product x element size) must fill the
+// rest of the file exactly. As in numpy, the product of the non-zero dimensions times the element
+// size must fit in 63 bits, even when another dimension is 0. All of this is checked before the
+// data is allocated, so a lying header costs nothing and ends in an NpyError naming the file.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
-#include <utility>
 #include <vector>
 
 namespace tileattn::npy {
@@ -27,28 +26,41 @@ class NpyError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// An allocator whose value-initialisation leaves the elements uninitialised, so that a buffer
-// that is overwritten at once (a file read, a kernel's output) costs no zero-fill pass.
-template <typename T>
-struct UninitializedAllocator : std::allocator<T> {
-  template <typename U>
-  struct rebind {
-    using other = UninitializedAllocator<U>;
-  };
-  UninitializedAllocator() = default;
-  template <typename U>
-  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
-  template <typename U>
-  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
+// Bytes owned on the heap (64-byte aligned) or as a private memory map of a file. A map is
+// copy-on-write: writing to it never reaches the file. Copies are heap copies. If a mapped file
+// is truncated by someone else while the Buffer lives, touching the lost pages raises SIGBUS (as
+// for any memory map; `tileattn run` reports it as an error).
+class Buffer {
+ public:
+  Buffer() = default;
+  // `size` uninitialised bytes: for data that is written in full at once (a file read, a
+  // kernel's output), so that no zero-fill pass is paid. Throws std::bad_alloc.
+  explicit Buffer(std::size_t size);
+  Buffer(std::size_t size, std::byte fill);
+  // `size` bytes at `offset` of the regular file open as `fd`, mapped and populated up front;
+  // nothing (an empty optional) when the file system cannot map it.
+  static std::optional<Buffer> map_file(int fd, std::uint64_t offset, std::size_t size);
+  ~Buffer();
+  Buffer(const Buffer& other);
+  Buffer& operator=(const Buffer& other);
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+
+  std::byte* data() noexcept { return data_; }
+  const std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  bool mapped() const noexcept { return mapping_ != nullptr; }
+  friend bool operator==(const Buffer& a, const Buffer& b) noexcept;
+
+ private:
+  void release() noexcept;
+
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  void* mapping_ = nullptr;  // the map's start when mapped (data_ lies inside it)
+  std::size_t mapping_size_ = 0;
 };
-// resize(n) leaves the new bytes uninitialised; assign(n, std::byte{0}) zero-fills.
-using Bytes = std::vector<std::byte, UninitializedAllocator<std::byte>>;
 
 // Headers longer than this are refused before they are read. numpy (since 1.24) refuses headers
 // over 10000 bytes unless load() is given a larger max_header_size, so a longer one is not a file
@@ -65,7 +77,7 @@ std::size_t element_size(ElementType type) noexcept;
 struct Array {
   ElementType type = ElementType::f32;
   std::vector<std::int64_t> shape;  // empty for a 0-d array
-  Bytes bytes;                      // element_count() * element_size(type), C order
+  Buffer bytes;                     // element_count() * element_size(type), C order
 
   std::int64_t element_count() const noexcept;
   template <typename T>
@@ -75,7 +87,8 @@ struct Array {
 };
 
 // Reads a .npy file (a regular file: its size is checked against the header before anything is
-// allocated). Throws NpyError naming the file and what is wrong with it.
+// allocated). Data of 1 MiB or more whose offset is a multiple of 64 (numpy's alignment) is
+// mapped rather than copied. Throws NpyError naming the file and what is wrong with it.
 Array read(const std::filesystem::path& path);
 
 // The same checks on a whole file held in memory; `name` prefixes every error.

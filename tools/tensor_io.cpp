@@ -36,15 +36,15 @@ npy::ElementType to_npy(DType t) {
 
 HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape)
     : dtype_(dtype), shape_(std::move(shape)) {
-  bytes_.assign(static_cast<std::size_t>(numel()) * size_of(dtype_), std::byte{0});
+  bytes_ = npy::Buffer(static_cast<std::size_t>(numel()) * size_of(dtype_), std::byte{0});
 }
 
 HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape, Uninitialized)
     : dtype_(dtype), shape_(std::move(shape)) {
-  bytes_.resize(static_cast<std::size_t>(numel()) * size_of(dtype_));
+  bytes_ = npy::Buffer(static_cast<std::size_t>(numel()) * size_of(dtype_));
 }
 
-HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape, npy::Bytes bytes)
+HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape, npy::Buffer bytes)
     : dtype_(dtype), shape_(std::move(shape)), bytes_(std::move(bytes)) {}
 
 std::int64_t HostTensor::numel() const noexcept {

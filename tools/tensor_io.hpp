@@ -34,7 +34,7 @@ class HostTensor {
   // Uninitialised, for a buffer that is written in full before it is read (kernel outputs).
   struct Uninitialized {};
   HostTensor(DType dtype, std::vector<std::int64_t> shape, Uninitialized);
-  HostTensor(DType dtype, std::vector<std::int64_t> shape, npy::Bytes bytes);
+  HostTensor(DType dtype, std::vector<std::int64_t> shape, npy::Buffer bytes);
 
   bool empty() const noexcept { return bytes_.empty() && shape_.empty(); }
   DType dtype() const noexcept { return dtype_; }
@@ -58,7 +58,7 @@ class HostTensor {
  private:
   DType dtype_ = DType::f32;
   std::vector<std::int64_t> shape_;
-  npy::Bytes bytes_;
+  npy::Buffer bytes_;
 };
 
 // Reads a .npy file; `name` (e.g. "--q") prefixes every error. The dtype is the file's.

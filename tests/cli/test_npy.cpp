@@ -34,8 +34,53 @@ TEST(Npy, RoundTripEveryTypeAndRank) {
   round_trip<float>(npy::ElementType::f32, {});      // 0-d
   round_trip<float>(npy::ElementType::f32, {3, 0});  // empty
   round_trip<float>(npy::ElementType::f32, std::vector<std::int64_t>(npy::kMaxRank, 1));
-  // A zero dimension makes any other dimension legal, however large.
-  round_trip<float>(npy::ElementType::f32, {0, std::int64_t{1} << 62});
+  // Beside a zero dimension, others may be as large as numpy allows (2^63 bytes without the 0).
+  round_trip<float>(npy::ElementType::f32, {0, std::int64_t{1} << 60});
+}
+
+// Data of 1 MiB or more at numpy's 64-byte alignment is mapped; a map is copy-on-write.
+TEST(Npy, LargeFilesAreMappedPrivately) {
+  TempDir dir;
+  const std::vector<std::int64_t> shape = {512, 1024};
+  std::vector<float> data(512 * 1024);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i);
+  npy::write(dir.file("big.npy"), npy::ElementType::f32, shape, data.data());
+  const std::string before = [&] {
+    std::ifstream in(dir.file("big.npy"), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  npy::Array a = npy::read(dir.file("big.npy"));
+  EXPECT_TRUE(a.bytes.mapped());
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.bytes.data()) % 64, 0u);
+  ASSERT_EQ(a.bytes.size(), data.size() * sizeof(float));
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), a.as<float>()));
+  a.bytes.data()[0] = std::byte{0xff};  // private: the file keeps its bytes
+  std::ifstream in(dir.file("big.npy"), std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), before);
+  // A copy is a heap copy with the same bytes.
+  const npy::Buffer copy = a.bytes;
+  EXPECT_FALSE(copy.mapped());
+  EXPECT_TRUE(copy == a.bytes);
+}
+
+TEST(Npy, UnalignedDataIsReadNotMapped) {
+  TempDir dir;
+  // A valid header that numpy would have padded further: the data starts at byte 71.
+  const std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (262144,), }\n";
+  std::string file = "\x93NUMPY\x01";
+  file.push_back('\0');
+  file.push_back(static_cast<char>(header.size()));
+  file.push_back('\0');
+  file += header;
+  ASSERT_NE(file.size() % 64, 0u);
+  std::vector<float> data(262144);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i) * 0.5f;
+  file.append(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
+  std::ofstream(dir.file("odd.npy"), std::ios::binary) << file;
+  const npy::Array a = npy::read(dir.file("odd.npy"));
+  EXPECT_FALSE(a.bytes.mapped());
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.bytes.data()) % 64, 0u);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), a.as<float>()));
 }
 
 TEST(Npy, WriterRefusesWhatTheReaderWouldRefuse) {
@@ -164,6 +209,11 @@ TEST(Npy, DataSizeMustMatchTheFile) {
                  "more than 2^63 bytes");
   expect_refused(npy_bytes(padded(f32_dict("(9223372036854775807,)")), 16), "more than 2^63 bytes");
   expect_refused(npy_bytes(padded(f32_dict("(3037000500, 3037000500)")), 16),
+                 "more than 2^63 bytes");
+  // numpy refuses these too: the non-zero dimensions overflow although the product is 0.
+  expect_refused(npy_bytes(padded(f32_dict("(0, 4611686018427387904)")), 0),
+                 "more than 2^63 bytes");
+  expect_refused(npy_bytes(padded(f32_dict("(9223372036854775807, 2, 0)")), 0),
                  "more than 2^63 bytes");
 }
 
