@@ -39,10 +39,12 @@ if [ "${TILEATTN_SANITIZE:-0}" = "1" ]; then
   failed=0
   for target in npy attention; do
     # A copy of the committed corpus: libFuzzer adds what it finds to its corpus directory.
+    # A fixed seed makes CI's walk repeatable (a finding reproduces on rerun); the long,
+    # randomly seeded runs are separate (docs/fuzzing.md).
     cp -r "fuzz/corpus/$target" "$fuzz_dir/corpus-$target"
     log="$fuzz_dir/$target.log"
     if UBSAN_OPTIONS=print_stacktrace=1 "build-fuzz/fuzz/fuzz_$target" "$fuzz_dir/corpus-$target" \
-        -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        -seed="${TILEATTN_FUZZ_SEED:-1}" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$fuzz_dir/$target-" >"$log" 2>&1; then
       status=ok
     else

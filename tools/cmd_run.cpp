@@ -1,11 +1,8 @@
 // tileattn run: attention on .npy files. The outputs are checked before anything is read or
 // computed and written only after the computation succeeded (output_files.hpp), so a failed
 // run leaves no output behind and never touches an input.
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <chrono>
-#include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -42,20 +39,7 @@ HostTensor load_float_input(const std::string& path, const char* name) {
   return t;
 }
 
-// Inputs of 1 MiB and more are memory maps (npy::read): if another process truncates one while
-// it is in use, touching the lost pages raises SIGBUS. Reported as an error rather than a crash;
-// no output file exists at that point (inputs are done with when the outputs are written).
-void on_sigbus(int) {
-  static constexpr char kMessage[] =
-      "tileattn: error: an input file was truncated by another process while it was in use\n";
-  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
-  ::_exit(1);
-}
-
 int run(const RunOptions& o) {
-  struct sigaction bus {};
-  bus.sa_handler = on_sigbus;
-  ::sigaction(SIGBUS, &bus, nullptr);
   std::vector<NamedPath> outputs = {{"--out", o.out}};
   if (!o.lse.empty()) outputs.push_back({"--lse", o.lse});
   OutputFiles files(outputs, {{"--q", o.q},

@@ -24,8 +24,8 @@ constexpr std::string_view kMagic("\x93NUMPY", 6);
 constexpr std::size_t kPrefixV1 = 10;
 constexpr std::size_t kPrefixV2 = 12;
 constexpr std::align_val_t kBufferAlignment{64};
-// Data at least this large is mapped rather than read.
-constexpr std::uint64_t kMapThreshold = std::uint64_t{1} << 20;
+// Buffers at least this large are populated anonymous maps.
+constexpr std::size_t kPopulateThreshold = std::size_t{1} << 20;
 
 [[noreturn]] void fail(const std::string& message) {
   throw NpyError(message);
@@ -292,30 +292,19 @@ const char* file_kind(mode_t mode) {
 }  // namespace
 
 Buffer::Buffer(std::size_t size) : size_(size) {
-  if (size > 0) data_ = static_cast<std::byte*>(::operator new(size, kBufferAlignment));
+  if (size >= kPopulateThreshold) {
+    void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (map == MAP_FAILED) throw std::bad_alloc();
+    data_ = static_cast<std::byte*>(map);
+    mapped_ = true;
+  } else if (size > 0) {
+    data_ = static_cast<std::byte*>(::operator new(size, kBufferAlignment));
+  }
 }
 
 Buffer::Buffer(std::size_t size, std::byte fill) : Buffer(size) {
   if (size_ > 0) std::memset(data_, static_cast<int>(fill), size_);
-}
-
-std::optional<Buffer> Buffer::map_file(int fd, std::uint64_t offset, std::size_t size) {
-  // From the start of the file, so that the map's offset is page-aligned. Populated read-only
-  // (a writable private map would be populated by copying every page), then made writable:
-  // the pages stay shared with the page cache until something writes to them.
-  const std::size_t length = static_cast<std::size_t>(offset) + size;
-  void* map = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-  if (map == MAP_FAILED) return std::nullopt;
-  if (::mprotect(map, length, PROT_READ | PROT_WRITE) != 0) {
-    ::munmap(map, length);
-    return std::nullopt;
-  }
-  Buffer b;
-  b.mapping_ = map;
-  b.mapping_size_ = length;
-  b.data_ = static_cast<std::byte*>(map) + offset;
-  b.size_ = size;
-  return b;
 }
 
 Buffer::~Buffer() {
@@ -334,29 +323,26 @@ Buffer& Buffer::operator=(const Buffer& other) {
 Buffer::Buffer(Buffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      mapping_(std::exchange(other.mapping_, nullptr)),
-      mapping_size_(std::exchange(other.mapping_size_, 0)) {}
+      mapped_(std::exchange(other.mapped_, false)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
     release();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
-    mapping_ = std::exchange(other.mapping_, nullptr);
-    mapping_size_ = std::exchange(other.mapping_size_, 0);
+    mapped_ = std::exchange(other.mapped_, false);
   }
   return *this;
 }
 
 void Buffer::release() noexcept {
-  if (mapping_)
-    ::munmap(mapping_, mapping_size_);
+  if (mapped_)
+    ::munmap(data_, size_);
   else if (data_)
     ::operator delete(data_, kBufferAlignment);
   data_ = nullptr;
   size_ = 0;
-  mapping_ = nullptr;
-  mapping_size_ = 0;
+  mapped_ = false;
 }
 
 bool operator==(const Buffer& a, const Buffer& b) noexcept {
@@ -477,14 +463,6 @@ Array read(const std::filesystem::path& path) {
 
     std::uint64_t bytes = 0;
     Array a = parse_header_and_size(header, file_size - data_offset, bytes);
-    // A map costs no copy and no page zeroing (about 10x less than a read into fresh memory);
-    // small or unaligned data is read (the library needs element-aligned pointers).
-    if (bytes >= kMapThreshold && data_offset % 64 == 0)
-      if (std::optional<Buffer> map =
-              Buffer::map_file(file.get(), data_offset, static_cast<std::size_t>(bytes))) {
-        a.bytes = std::move(*map);
-        return a;
-      }
     a.bytes = allocate(bytes);
     if (read_at(file.get(), a.bytes.data(), a.bytes.size(), data_offset) != a.bytes.size())
       fail("the file shrank while it was read");

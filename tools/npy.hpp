@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,20 +25,16 @@ class NpyError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Bytes owned on the heap (64-byte aligned) or as a private memory map of a file. A map is
-// copy-on-write: writing to it never reaches the file. Copies are heap copies. If a mapped file
-// is truncated by someone else while the Buffer lives, touching the lost pages raises SIGBUS (as
-// for any memory map; `tileattn run` reports it as an error).
+// Owned bytes, 64-byte aligned and uninitialised unless a fill is given, so that data written in
+// full at once (a file read, a kernel's output) pays no zero-fill pass. From 1 MiB on they are
+// an anonymous memory map populated up front: the kernel provides the pages in one call instead
+// of one fault per 4 KiB page at first touch (inside a file read, or inside the attention call
+// for an output). Copies are deep.
 class Buffer {
  public:
   Buffer() = default;
-  // `size` uninitialised bytes: for data that is written in full at once (a file read, a
-  // kernel's output), so that no zero-fill pass is paid. Throws std::bad_alloc.
-  explicit Buffer(std::size_t size);
+  explicit Buffer(std::size_t size);  // throws std::bad_alloc
   Buffer(std::size_t size, std::byte fill);
-  // `size` bytes at `offset` of the regular file open as `fd`, mapped and populated up front;
-  // nothing (an empty optional) when the file system cannot map it.
-  static std::optional<Buffer> map_file(int fd, std::uint64_t offset, std::size_t size);
   ~Buffer();
   Buffer(const Buffer& other);
   Buffer& operator=(const Buffer& other);
@@ -50,7 +45,6 @@ class Buffer {
   const std::byte* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
-  bool mapped() const noexcept { return mapping_ != nullptr; }
   friend bool operator==(const Buffer& a, const Buffer& b) noexcept;
 
  private:
@@ -58,8 +52,7 @@ class Buffer {
 
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
-  void* mapping_ = nullptr;  // the map's start when mapped (data_ lies inside it)
-  std::size_t mapping_size_ = 0;
+  bool mapped_ = false;  // from mmap (else operator new)
 };
 
 // Headers longer than this are refused before they are read. numpy (since 1.24) refuses headers
@@ -87,8 +80,8 @@ struct Array {
 };
 
 // Reads a .npy file (a regular file: its size is checked against the header before anything is
-// allocated). Data of 1 MiB or more whose offset is a multiple of 64 (numpy's alignment) is
-// mapped rather than copied. Throws NpyError naming the file and what is wrong with it.
+// allocated; the data is then read with one pread). Throws NpyError naming the file and what is
+// wrong with it.
 Array read(const std::filesystem::path& path);
 
 // The same checks on a whole file held in memory; `name` prefixes every error.

@@ -72,6 +72,7 @@ std::vector<Case> backward_cases() {
   });
   add("softcap", [](Case& c) { c.Lq = 50, c.Lk = 60, c.softcap = 5.0f, c.scale = 0.5f; });
   add("softcap_small", [](Case& c) { c.Lq = c.Lk = 40, c.softcap = 0.5f, c.causal = true; });
+  add("softcap_huge", [](Case& c) { c.Lq = 23, c.Lk = 46, c.softcap = 1e5f, c.causal = true; });
   add("alibi_heads",
       [](Case& c) { c.Lq = 60, c.Lk = 90, c.Hq = 4, c.Hkv = 2, c.alibi = Alibi::heads; });
   add("alibi_batch_heads_causal", [](Case& c) {
