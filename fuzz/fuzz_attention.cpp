@@ -632,9 +632,11 @@ void compare(const char* name, const Slot& ref, const Slot& cpu, double tol, boo
   for_each_offset(ref.t, [&](std::int64_t off) {
     const float r = element(ref, off), c = element(cpu, off);
     const bool both_finite = std::isfinite(r) && std::isfinite(c);
-    // Non-finite on both sides agrees only when equal (e.g. both -inf: a fully masked row's lse).
+    // Non-finite on both sides agrees only when equal (e.g. both -inf: a fully masked row's
+    // lse) or both NaN (a poisoned row).
+    const bool same = r == c || (std::isnan(r) && std::isnan(c));
     if ((both_finite && std::fabs(static_cast<double>(r) - c) > tol) ||
-        (!both_finite && strict && !(r == c))) {
+        (!both_finite && strict && !same)) {
       std::fprintf(stderr, "%s at offset %lld: reference %.9g, cpu %.9g, tolerance %.3g\n", name,
                    static_cast<long long>(off), static_cast<double>(r), static_cast<double>(c),
                    tol);

@@ -30,11 +30,18 @@ void modify_row(const TileJob& job, std::int64_t r, std::int64_t key0, bool need
   const VecF alibi_slope_log2 = splat(job.alibi_slope * kLog2e);
   const float alibi_pos = static_cast<float>(job.alibi_pos0 + r - key0);
   for (std::int64_t c = 0; c < kBlockK; c += kLanes) {
+    // A scaled score beyond f32's range (either sign) or NaN becomes NaN here, so that it
+    // poisons its row where the key is visible (the masks below replace it elsewhere):
+    // s + 0 * s is s for finite s and NaN otherwise.
     VecF s = load(row + c);
-    if (capped)
-      s = mul(softcap(mul(s, splat(job.scale)), job.softcap, two_log2e_over_cap), splat(kLog2e));
-    else
+    if (capped) {
+      s = mul(s, splat(job.scale));
+      s = fma(s, zero(), s);
+      s = mul(softcap(s, job.softcap, two_log2e_over_cap), splat(kLog2e));
+    } else {
       s = mul(s, scale_log2);
+      s = fma(s, zero(), s);
+    }
     if (job.alibi_slope != 0.0f) {
       // |pos(i) - j| with j = key0 + c + lane.
       const VecF distance =
@@ -94,6 +101,10 @@ static_assert(cpu_tile_config(KernelFamily::f32).block_q <= kMaxTileRows &&
 // transposing reduction tree (reduce_rows_*) and its running statistics are vectors across
 // rows. Each phase runs over every group before the next starts, so that the groups' short
 // dependency chains (trees, statistics) overlap instead of following one another.
+//
+// Plain rows (multiplier != 1: raw dot products, every key visible) are also checked for a
+// -inf score, which only an overflowing or non-finite dot product gives; it poisons the row
+// (NaN and +inf turn the row's sum NaN on their own).
 inline void softmax_rows(const TileJob& job, float multiplier) {
   const int rows = static_cast<int>(job.rows);
   const int groups = (rows + kLanes - 1) / kLanes;
@@ -101,7 +112,17 @@ inline void softmax_rows(const TileJob& job, float multiplier) {
   for (int r = 0; r < rows; ++r) {
     const float* row = job.scores + r * kBlockK;
     VecF m = load(row);
-    for (std::int64_t c = kLanes; c < kBlockK; c += kLanes) m = vmax(m, load(row + c));
+    if (multiplier != 1.0f) {
+      VecF low = m;
+      for (std::int64_t c = kLanes; c < kBlockK; c += kLanes) {
+        const VecF x = load(row + c);
+        m = vmax(m, x);
+        low = vmin(low, x);
+      }
+      if (reduce_max(sub(zero(), low)) == __builtin_inff()) job.row_poison[r] = 1;
+    } else {
+      for (std::int64_t c = kLanes; c < kBlockK; c += kLanes) m = vmax(m, load(row + c));
+    }
     partial[r] = m;
   }
   for (int r = rows; r < groups * kLanes; ++r) partial[r] = splat(kNegInf);

@@ -28,6 +28,7 @@ inline VecF mul(VecF a, VecF b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline VecF add(VecF a, VecF b) { return {_mm512_add_ps(a.v, b.v)}; }
 inline VecF sub(VecF a, VecF b) { return {_mm512_sub_ps(a.v, b.v)}; }
 inline VecF vmax(VecF a, VecF b) { return {_mm512_max_ps(a.v, b.v)}; }
+inline VecF vmin(VecF a, VecF b) { return {_mm512_min_ps(a.v, b.v)}; }
 inline VecF vabs(VecF a) { return {_mm512_abs_ps(a.v)}; }
 inline VecF vround(VecF a) {
   return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
@@ -128,6 +129,7 @@ inline VecF mul(VecF a, VecF b) { return {_mm256_mul_ps(a.v, b.v)}; }
 inline VecF add(VecF a, VecF b) { return {_mm256_add_ps(a.v, b.v)}; }
 inline VecF sub(VecF a, VecF b) { return {_mm256_sub_ps(a.v, b.v)}; }
 inline VecF vmax(VecF a, VecF b) { return {_mm256_max_ps(a.v, b.v)}; }
+inline VecF vmin(VecF a, VecF b) { return {_mm256_min_ps(a.v, b.v)}; }
 inline VecF vabs(VecF a) {
   return {_mm256_andnot_ps(_mm256_set1_ps(-0.0f), a.v)};
 }
@@ -224,6 +226,7 @@ TILEATTN_LANEWISE(mul, x* y)
 TILEATTN_LANEWISE(add, x + y)
 TILEATTN_LANEWISE(sub, x - y)
 TILEATTN_LANEWISE(vmax, x > y ? x : y)
+TILEATTN_LANEWISE(vmin, x < y ? x : y)
 #undef TILEATTN_LANEWISE
 inline VecF fma(VecF a, VecF b, VecF c) {
   VecF r;

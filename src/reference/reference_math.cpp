@@ -32,8 +32,8 @@ double dot_in_f32_range(const double* q, const double* k, std::int64_t D) {
 // Softmax probabilities P [Lq][Lk] (before dropout; rows of a fully masked query are 0) and
 // the derivative of each modified score with respect to its raw dot product q_i . k_j.
 // A row is poisoned (docs/semantics.md, "Non-finite values") when it has a visible key and its
-// query, a visible key's K or V, or a visible score (+inf or NaN after every modification)
-// is not finite; its P row is then 0 and the caller writes NaN.
+// query, a visible key's K or V, a visible scaled dot product (either sign) or a visible
+// modified score (+inf or NaN) is not finite; its P row is then 0 and the caller writes NaN.
 struct Probabilities {
   std::vector<double> p, dscore_ddot;
   std::vector<double> lse;                // [Lq]
@@ -72,12 +72,18 @@ Probabilities probabilities(const AttnParams& prm, std::int64_t b, std::int64_t 
         continue;
       }
       const double dot = dot_in_f32_range(&in.q[i * D], &in.k[j * D], D);
+      // A dot product or scaled score beyond f32's range, either way, poisons the row.
+      if (!(std::fabs(scale * dot) <= kMax)) {
+        poisoned = true;
+        continue;
+      }
       double s = modified_score<double>(prm, b, h, i, j, dot);
       if (std::isnan(s) || s > kMax) {
         poisoned = true;
         continue;
       }
-      if (s < -kMax) s = kNegInf;  // below f32's range: weight 0, as in the kernels
+      // A modified score (ALiBi, additive mask) below f32's range: weight 0, as in the kernels.
+      if (s < -kMax) s = kNegInf;
       row[j] = s;
       row_max = std::max(row_max, s);
       // d(c * tanh(scale * dot / c)) / d dot = scale * (1 - tanh^2); the other steps add

@@ -116,30 +116,36 @@ INSTANTIATE_TEST_SUITE_P(All, CpuNonFinite, testing::ValuesIn(poison_cases().cas
 // on the reference and every CPU level.
 TEST(CpuNonFinite, OverflowingScores) {
   TILEATTN_TRACE_SEED();
-  Case c;
-  c.Lq = 6, c.Lk = 70, c.Hq = c.Hkv = 1, c.D = 4, c.out = OutDType::f32;
-  Rng rng = make_rng();
-  Problem pb(c, DType::f32, rng);
-  // Row 0 overflows upwards on key 5, row 1 downwards on key 66; row 2 both on masked... none.
-  for (std::int64_t d = 0; d < c.D; ++d) {
-    pb.q.set(at(0, 0, 0, d, c.Lq, 1, c.D), 1e20f);
-    pb.k.set(at(0, 5, 0, d, c.Lk, 1, c.D), 1e20f);
-    pb.q.set(at(0, 1, 0, d, c.Lq, 1, c.D), -1e20f);
-    pb.k.set(at(0, 66, 0, d, c.Lk, 1, c.D), 1e20f);
-  }
-  const HostTensor ref_out = pb.make_out(), ref_lse = pb.make_lse();
-  attention_forward(pb.args(ref_out, &ref_lse), {Backend::reference, 1});
-  EXPECT_TRUE(std::isnan(ref_lse.get(0)));
-  EXPECT_TRUE(std::isfinite(ref_lse.get(1)));
-  for (CpuIsa isa : supported_isas()) {
-    SCOPED_TRACE(to_string(isa));
-    HostTensor out = pb.make_out(), lse = pb.make_lse();
-    Context ctx;
-    ctx.backend = Backend::cpu;
-    ctx.cpu_isa = isa;
-    attention_forward(pb.args(out, &lse), ctx);
-    expect_matches(out.to_f32(), ref_out.to_f32(), 1e-5, 1e-6, "out");
-    expect_matches(lse.to_f32(), ref_lse.to_f32(), 1e-5, 1e-4, "lse");
+  // Lk 70: one key block with an edge (modified scores); Lk 600: the overflowing keys also in
+  // interior blocks, whose raw scores go to the softmax unmodified.
+  for (const std::int64_t Lk : {70, 600}) {
+    SCOPED_TRACE("Lk " + std::to_string(Lk));
+    Case c;
+    c.Lq = 6, c.Lk = Lk, c.Hq = c.Hkv = 1, c.D = 4, c.out = OutDType::f32;
+    Rng rng = make_rng();
+    Problem pb(c, DType::f32, rng);
+    // Row 0 overflows upwards on key 5, row 1 downwards: both poisoned. The other rows meet
+    // scores near 1e20, large but finite.
+    for (std::int64_t d = 0; d < c.D; ++d) {
+      pb.q.set(at(0, 0, 0, d, c.Lq, 1, c.D), 1e20f);
+      pb.k.set(at(0, 5, 0, d, c.Lk, 1, c.D), 1e20f);
+      pb.q.set(at(0, 1, 0, d, c.Lq, 1, c.D), -1e20f);
+    }
+    const HostTensor ref_out = pb.make_out(), ref_lse = pb.make_lse();
+    attention_forward(pb.args(ref_out, &ref_lse), {Backend::reference, 1});
+    EXPECT_TRUE(std::isnan(ref_lse.get(0)));
+    EXPECT_TRUE(std::isnan(ref_lse.get(1)));
+    for (std::int64_t i = 2; i < c.Lq; ++i) EXPECT_TRUE(std::isfinite(ref_lse.get(i))) << i;
+    for (CpuIsa isa : supported_isas()) {
+      SCOPED_TRACE(to_string(isa));
+      HostTensor out = pb.make_out(), lse = pb.make_lse();
+      Context ctx;
+      ctx.backend = Backend::cpu;
+      ctx.cpu_isa = isa;
+      attention_forward(pb.args(out, &lse), ctx);
+      expect_matches(out.to_f32(), ref_out.to_f32(), 1e-5, 1e-6, "out");
+      expect_matches(lse.to_f32(), ref_lse.to_f32(), 1e-5, 1e-4, "lse");
+    }
   }
 }
 
