@@ -9,12 +9,10 @@
 #include <memory>
 #include <string>
 
-#include "api/params.hpp"
 #include "commands.hpp"
-#include "common/threads.hpp"
 #include "compare.hpp"
-#include "cpu/flash_forward.hpp"
 #include "cuda_staging.hpp"
+#include "library_info.hpp"
 #include "options.hpp"
 #include "timing.hpp"
 
@@ -85,10 +83,10 @@ int demo(DemoOptions& o) {
   device.fetch(buffers);
   const std::string where =
       p.backend + " backend" +
-      (use_cpu ? std::string(" (isa level ") + to_string(detail::select_cpu_isa(ctx.cpu_isa)) + ")"
+      (use_cpu ? std::string(" (isa level ") + to_string(cpu_isa_used(ctx.cpu_isa)) + ")"
                : std::string());
   std::printf("1. Speed    %s, %d threads: %.1f ms per call, %.1f GFLOP/s\n", where.c_str(),
-              detail::resolve_threads(p.threads), seconds * 1e3, p.flops() / seconds / 1e9);
+              threads_used(p.threads), seconds * 1e3, p.flops() / seconds / 1e9);
   std::printf("            (%.2f GFLOP per call = 2*B*Hq*Lq*Lk*(D+Dv)%s)\n", p.flops() / 1e9,
               p.causal != "none" && p.len_q == p.len_k ? " / 2 for causal" : "");
 

@@ -9,8 +9,8 @@
 
 #include "commands.hpp"
 #include "compare.hpp"
-#include "cpu/flash_forward.hpp"
 #include "cuda_staging.hpp"
+#include "library_info.hpp"
 #include "options.hpp"
 
 namespace tileattn::tools {
@@ -69,8 +69,7 @@ int verify(VerifyOptions& o) {
   std::printf("tileattn verify: %s seed=%llu\n", p.describe().c_str(),
               static_cast<unsigned long long>(p.seed));
   std::printf("  backend %s%s%s vs reference (double precision)\n", p.backend.c_str(),
-              uses_isa ? ", cpu isa " : "",
-              uses_isa ? to_string(detail::select_cpu_isa(ctx.cpu_isa)) : "");
+              uses_isa ? ", cpu isa " : "", uses_isa ? to_string(cpu_isa_used(ctx.cpu_isa)) : "");
   bool ok = report("out", compare(tested.out, reference.out), tolerance);
   ok = report("lse", compare(tested.lse, reference.lse), tolerance) && ok;
 

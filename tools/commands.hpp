@@ -16,7 +16,7 @@ struct Command {
 };
 
 Command add_run_command(CLI::App& app);     // cmd_run.cpp: attention on .npy files
-Command add_bench_command(CLI::App& app);   // cmd_bench.cpp: GFLOP/s vs a naive sgemm baseline
+Command add_bench_command(CLI::App& app);   // cmd_bench.cpp: GFLOP/s of forward and backward
 Command add_verify_command(CLI::App& app);  // cmd_verify.cpp: a backend vs the reference
 Command add_info_command(CLI::App& app);    // cmd_info.cpp: build and machine information
 Command add_demo_command(CLI::App& app);    // cmd_demo.cpp: a guided tour on one shape

@@ -3,16 +3,13 @@
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
-#include <string_view>
 #include <vector>
 
 #include "commands.hpp"
-#include "openblas_core.hpp"
 #include "options.hpp"
 
 int main(int argc, char** argv) {
   using namespace tileattn::tools;
-  if (argc > 1 && std::string_view(argv[1]) == "bench") reexec_with_openblas_core_if_needed(argv);
   CLI::App app{"tileattn: attention operators (flash attention on CPU and CUDA)", "tileattn"};
   app.require_subcommand(1);
   app.set_version_flag("--version", tileattn::build_info().version);

@@ -5,7 +5,7 @@
 #include <numbers>
 #include <random>
 
-#include "common/float_convert.hpp"
+#include "float16.hpp"
 
 namespace tileattn::tools {
 namespace {
@@ -38,8 +38,8 @@ void fill_normal(HostTensor& t, std::uint64_t seed) {
     // Box-Muller: two independent normals from two uniforms.
     const float radius = std::sqrt(-2.0f * std::log(unit_interval(bits)));
     const float angle = two_pi * unit_interval(bits << 24);
-    detail::store_from_f32(data, dtype, 2 * p, radius * std::cos(angle));
-    if (2 * p + 1 < n) detail::store_from_f32(data, dtype, 2 * p + 1, radius * std::sin(angle));
+    store_from_f32(data, dtype, 2 * p, radius * std::cos(angle));
+    if (2 * p + 1 < n) store_from_f32(data, dtype, 2 * p + 1, radius * std::sin(angle));
   }
 }
 

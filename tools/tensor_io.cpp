@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/float_convert.hpp"
+#include "float16.hpp"
 #include "npy.hpp"
 
 namespace tileattn::tools {
@@ -103,7 +103,7 @@ bool is_float_storage(DType dtype) noexcept {
 }
 
 float load_f32(const HostTensor& t, std::int64_t i) noexcept {
-  return detail::load_as_f32(t.data(), t.dtype(), i);
+  return load_as_f32(t.data(), t.dtype(), i);
 }
 
 HostTensor convert(HostTensor t, DType to) {
@@ -117,7 +117,7 @@ HostTensor convert(HostTensor t, DType to) {
   const DType from = t.dtype();
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < n; ++i)
-    detail::store_from_f32(dst, to, i, detail::load_as_f32(src, from, i));
+    store_from_f32(dst, to, i, load_as_f32(src, from, i));
   return r;
 }
 

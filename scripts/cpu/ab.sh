@@ -12,7 +12,7 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then rounds=$1; shift; fi
 if [ $# -gt 0 ] && [ "$1" = "--" ]; then shift; fi
 opts=("$@")
 [ ${#opts[@]} -eq 0 ] && opts=(--batch 1 --heads 4 --lq 2048 --dim 128 --threads 1)
-run() { "$1" bench "${opts[@]}" --no-baseline --peak-seconds 0 --iters 3 --warmup 1 --json |
+run() { "$1" bench "${opts[@]}" --iters 3 --warmup 1 --json |
         python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "${AB_METRIC:-flash_gflops}"; }
 fa=() fb=()
 for ((i = 0; i < rounds; ++i)); do fa+=("$(run "$a")"); fb+=("$(run "$b")"); done

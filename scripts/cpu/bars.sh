@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Measures the CPU bars of docs/perf/cpu.md in one run and prints a Markdown table.
-#   scripts/cpu/bars.sh [path/to/tileattn]     (default: build/tools/tileattn)
+#   scripts/cpu/bars.sh [BUILD_DIR]     (default: build; after `cmake --build --preset default`)
+# The flash forward, the naive OpenBLAS baseline and the FMA peak come from
+# bench/baselines/tileattn_bench_baselines; the memory bar from the tileattn tool itself.
 # Shape: B=1, Hq=16, Lq=Lk=2048, D=128. Every ratio compares figures from this one run.
 set -euo pipefail
-tool=${1:-build/tools/tileattn}
+build=${1:-build}
+bench=$build/bench/baselines/tileattn_bench_baselines
+tool=$build/tools/tileattn
 shape=(--batch 1 --heads 16 --lq 2048 --lk 2048 --dim 128 --iters 7 --warmup 2)
 out=$(mktemp -d)
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) threads; $($tool info | head -1)" >&2
-"$tool" bench "${shape[@]}" --dtype f32 --json >"$out/f32.json"
-"$tool" bench "${shape[@]}" --dtype f32 --causal bottom-right --json --peak-seconds 0 >"$out/f32_causal.json"
-"$tool" bench "${shape[@]}" --dtype bf16 --no-baseline --peak-seconds 0 --json >"$out/bf16.json"
-"$tool" bench "${shape[@]}" --dtype f32 --no-baseline --json >"$out/f32_again.json"
+"$bench" "${shape[@]}" --dtype f32 --json >"$out/f32.json"
+"$bench" "${shape[@]}" --dtype f32 --causal bottom-right --json --peak-seconds 0 >"$out/f32_causal.json"
+"$bench" "${shape[@]}" --dtype bf16 --no-baseline --peak-seconds 0 --json >"$out/bf16.json"
+"$bench" "${shape[@]}" --dtype f32 --no-baseline --json >"$out/f32_again.json"
 /usr/bin/time -v "$tool" bench --batch 1 --heads 8 --lq 32768 --lk 32768 --dim 128 --dtype f32 \
-  --no-baseline --iters 1 --warmup 0 --peak-seconds 0 --json >"$out/rss.json" 2>"$out/rss.time"
+  --iters 1 --warmup 0 --json >"$out/rss.json" 2>"$out/rss.time"
 
 python3 - "$out" <<'PY'
 import json, re, sys, pathlib

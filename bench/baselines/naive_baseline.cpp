@@ -11,7 +11,7 @@
 #include "common/threads.hpp"
 #include "naive_softmax.hpp"
 
-namespace tileattn::tools {
+namespace tileattn::bench {
 namespace {
 
 // The softmax pass, compiled once per instruction set (naive_softmax_*.cpp), picked at run time.
@@ -30,21 +30,21 @@ const char* to_string(BaselineThreading t) noexcept {
   return t == BaselineThreading::heads ? "heads" : "blas";
 }
 
-NaiveBaseline::NaiveBaseline(const AttentionBuffers& buffers, const AttentionArgs& args,
+NaiveBaseline::NaiveBaseline(const tools::AttentionBuffers& buffers, const AttentionArgs& args,
                              BaselineThreading threading, int threads)
-    : q32_(convert(buffers.q, DType::f32)),
-      k32_(convert(buffers.k, DType::f32)),
-      v32_(convert(buffers.v, DType::f32)),
+    : q32_(tools::convert(buffers.q, DType::f32)),
+      k32_(tools::convert(buffers.k, DType::f32)),
+      v32_(tools::convert(buffers.v, DType::f32)),
       out_(DType::f32, buffers.out.shape()),
       args_(args),
       threading_(threading),
       threads_(detail::resolve_threads(threads)) {
   if (args.mask.present() || args.alibi_slopes.present())
-    throw ToolError("the naive baseline supports no mask and no ALiBi");
+    throw tools::ToolError("the naive baseline supports no mask and no ALiBi");
   args_.key_lengths = buffers.key_lengths.view("key_lengths");
-  const auto layout_view = [&](const HostTensor& t, const char* name) {
+  const auto layout_view = [&](const tools::HostTensor& t, const char* name) {
     const Tensor v = t.view(name);
-    return buffers.layout == Layout::bhsd ? bhsd_as_bshd(v) : v;
+    return buffers.layout == tools::Layout::bhsd ? bhsd_as_bshd(v) : v;
   };
   args_.q = layout_view(q32_, "q");
   args_.k = layout_view(k32_, "k");
@@ -122,4 +122,4 @@ void NaiveBaseline::run() {
   }
 }
 
-}  // namespace tileattn::tools
+}  // namespace tileattn::bench

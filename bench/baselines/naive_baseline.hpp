@@ -1,8 +1,10 @@
-// The naive three-stage attention on OpenBLAS sgemm, the baseline `tileattn bench` measures the
-// flash kernel against. Per (batch, query head): S = scale·Q·Kᵀ into a full Lq×Lk f32 buffer
-// (sgemm), softcap/causal/window/key-length masking and a row softmax on it, then O = P·V (sgemm).
-// It is "naive" in storing the score matrix, not in its parts: sgemm is OpenBLAS's and the softmax
-// loop is vectorised, so the ratio to it measures what tiling and fusion buy.
+// The naive three-stage attention on OpenBLAS sgemm, the baseline the CPU bars measure the flash
+// kernel against (bench_baselines.cpp). Per (batch, query head): S = scale·Q·Kᵀ into a full
+// Lq×Lk f32 buffer (sgemm), softcap/causal/window/key-length masking and a row softmax on it,
+// then O = P·V (sgemm). It is "naive" in storing the score matrix, not in its parts: sgemm is
+// OpenBLAS's and the softmax loop is vectorised, so the ratio to it measures what tiling and
+// fusion buy. It reads the library's validated parameters and visible-key ranges (src/api), so
+// its masking is the library's by construction.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +14,7 @@
 #include "tensor_io.hpp"
 #include "tileattn/tileattn.hpp"
 
-namespace tileattn::tools {
+namespace tileattn::bench {
 
 // How the baseline uses the cores.
 enum class BaselineThreading : std::uint8_t {
@@ -27,7 +29,7 @@ class NaiveBaseline {
   // Prepares the baseline for `buffers` and the options in `args` (tensors ignored). Inputs of
   // f16/bf16 storage are copied to f32 (sgemm has no 16-bit type). Masks and ALiBi are not
   // supported (bench does not generate them).
-  NaiveBaseline(const AttentionBuffers& buffers, const AttentionArgs& args,
+  NaiveBaseline(const tools::AttentionBuffers& buffers, const AttentionArgs& args,
                 BaselineThreading threading, int threads);
 
   // Bytes the baseline allocates for this problem (score matrices, out, f32 input copies).
@@ -37,14 +39,14 @@ class NaiveBaseline {
                              int threads);
 
   void run();  // writes out() (f32, same shape as the buffers' out)
-  const HostTensor& out() const noexcept { return out_; }
+  const tools::HostTensor& out() const noexcept { return out_; }
   // Bytes of the score matrices it keeps (one Lq×Lk per thread in `heads` mode).
   std::size_t score_bytes() const noexcept { return scores_.size() * sizeof(float); }
 
  private:
   void head(std::int64_t b, std::int64_t h, float* scores, bool parallel_rows);
 
-  HostTensor q32_, k32_, v32_, out_;
+  tools::HostTensor q32_, k32_, v32_, out_;
   AttentionArgs args_;
   detail::AttnParams params_;  // validated args_
   BaselineThreading threading_;
@@ -52,4 +54,4 @@ class NaiveBaseline {
   std::vector<float> scores_;
 };
 
-}  // namespace tileattn::tools
+}  // namespace tileattn::bench

@@ -9,7 +9,7 @@
 
 #include "common/threads.hpp"
 
-namespace tileattn::tools {
+namespace tileattn::bench {
 namespace {
 
 // 12 independent accumulators: 2 FMA ports × 4-cycle latency needs at least 8 in flight.
@@ -96,4 +96,4 @@ FmaPeak measure_fma_peak(int threads, double seconds) {
   return peak;
 }
 
-}  // namespace tileattn::tools
+}  // namespace tileattn::bench

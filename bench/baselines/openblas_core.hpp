@@ -4,7 +4,7 @@
 // OPENBLAS_CORETYPE environment variable, read at load time.
 #pragma once
 
-namespace tileattn::tools {
+namespace tileattn::bench {
 
 // The kernel set OpenBLAS chose ("SkylakeX", "Haswell", "Prescott", ...).
 const char* openblas_core() noexcept;
@@ -14,4 +14,4 @@ const char* openblas_core() noexcept;
 // Haswell), saying so on stderr. Returns normally when nothing needs doing or exec fails.
 void reexec_with_openblas_core_if_needed(char** argv) noexcept;
 
-}  // namespace tileattn::tools
+}  // namespace tileattn::bench

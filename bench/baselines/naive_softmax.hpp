@@ -4,10 +4,10 @@
 
 #include <cstdint>
 
-namespace tileattn::tools {
+namespace tileattn::bench {
 
 void softmax_row_avx512(float* row, std::int64_t len, std::int64_t first, std::int64_t last);
 void softmax_row_avx2(float* row, std::int64_t len, std::int64_t first, std::int64_t last);
 void softmax_row_generic(float* row, std::int64_t len, std::int64_t first, std::int64_t last);
 
-}  // namespace tileattn::tools
+}  // namespace tileattn::bench

@@ -3,7 +3,7 @@
 // best counts. The ceiling the bench reports the flash kernel against.
 #pragma once
 
-namespace tileattn::tools {
+namespace tileattn::bench {
 
 struct FmaPeak {
   double gflops = 0.0;       // f32 FLOP/s / 1e9, one FMA = 2 FLOPs
@@ -13,4 +13,4 @@ struct FmaPeak {
 
 FmaPeak measure_fma_peak(int threads, double seconds = 0.3);
 
-}  // namespace tileattn::tools
+}  // namespace tileattn::bench

@@ -1,4 +1,4 @@
 // The naive baseline's softmax pass built for AVX-512 (-mavx512f/dq/vl/bw); flags in
-// tools/CMakeLists.txt.
+// bench/baselines/CMakeLists.txt.
 #define TILEATTN_SOFTMAX_ROW softmax_row_avx512
 #include "naive_softmax.inl"

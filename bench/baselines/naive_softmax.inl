@@ -9,7 +9,7 @@
 
 #include "naive_softmax.hpp"
 
-namespace tileattn::tools {
+namespace tileattn::bench {
 namespace {
 
 // exp(x) for x <= 0 (Cephes expf: range reduction by ln 2 and a degree-5 polynomial, ~1 ulp),
@@ -65,4 +65,4 @@ void TILEATTN_SOFTMAX_ROW(float* row, std::int64_t len, std::int64_t first, std:
   for (std::int64_t j = 0; j < n; ++j) x[j] *= inv_sum;
 }
 
-}  // namespace tileattn::tools
+}  // namespace tileattn::bench

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace tileattn::tools {
+namespace tileattn::bench {
 
 const char* openblas_core() noexcept {
   return openblas_get_corename();
@@ -31,4 +31,4 @@ void reexec_with_openblas_core_if_needed(char** argv) noexcept {
   execv("/proc/self/exe", argv);  // returns only on failure: carry on with the slow kernels
 }
 
-}  // namespace tileattn::tools
+}  // namespace tileattn::bench
