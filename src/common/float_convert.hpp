@@ -1,5 +1,7 @@
 // Scalar conversions between f32 and the 16-bit storage types (round to nearest even).
-// Used by the reference, the portable kernel path and the tools; SIMD paths convert in-register.
+// Used by the reference, the portable kernel path and the fuzz targets (the command-line tool,
+// which sees only the public API, keeps its own: tools/float16.hpp); SIMD paths convert
+// in-register.
 #pragma once
 
 #include <bit>
