@@ -3,6 +3,7 @@
 // and garbage in every masked-position class, and at random visible keys and queries.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,15 +41,30 @@ void cuda_forward(const Problem& pb, HostTensor& out, HostTensor& lse) {
   keep[4]->download(lse);
 }
 
-// Disabled: the CUDA kernels do not implement these rules yet (docs/semantics.md); run with
-// --gtest_also_run_disabled_tests to see where they stand.
-TEST_P(CudaNonFinite, DISABLED_ForwardMatchesReferenceRules) {
+// Whether the forward of 16-bit storage runs the Hopper kernel, which does not implement these
+// rules yet (docs/semantics.md): a Hopper device without TILEATTN_CUDA_DISABLE_SM90=1.
+bool sm90_forward_dispatch() {
+  const char* disabled = std::getenv("TILEATTN_CUDA_DISABLE_SM90");
+  if (disabled != nullptr && std::string(disabled) == "1") return false;
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+    return false;
+  return major == 9;
+}
+
+// The sm80 forward (every dtype; on Hopper under TILEATTN_CUDA_DISABLE_SM90=1, as the second
+// pass of scripts/gpu/check.sh runs) and f32 storage on any device. 16-bit storage on the
+// Hopper kernel is skipped until that kernel implements the rules.
+TEST_P(CudaNonFinite, ForwardMatchesReferenceRules) {
   TILEATTN_REQUIRE_CUDA();
   TILEATTN_TRACE_SEED();
   const Case& c = GetParam();
   Rng rng = make_rng();
+  const bool sm90 = sm90_forward_dispatch();
   for (Poison mode : {Poison::masked_keys, Poison::anywhere})
     for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+      if (sm90 && dtype != DType::f32) continue;
       SCOPED_TRACE(std::string(to_string(mode)) + " " + to_string(dtype));
       Problem pb(c, dtype, rng);
       poison_inputs(pb, nullptr, mode, rng);

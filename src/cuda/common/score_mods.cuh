@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "common/philox.hpp"
+#include "cuda/common/poison.cuh"
 #include "cuda/sm80/flash_fwd_params.hpp"
 
 namespace tileattn::cuda {
@@ -40,12 +41,15 @@ __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
   float mask_add = 0.0f;
   if (p.mask != nullptr) {
     const std::int64_t at = r.mask_row + j * p.mask_stride_k;
-    if (p.mask_additive)
+    if (p.mask_additive) {
       mask_add = static_cast<const float*>(p.mask)[at];
-    else if (static_cast<const std::uint8_t*>(p.mask)[at] == 0)
+      if (mask_add == -INFINITY) return -INFINITY;  // masked, whatever the score
+    } else if (static_cast<const std::uint8_t*>(p.mask)[at] == 0) {
       return -INFINITY;
+    }
   }
-  float score = x * p.scale;
+  // A scaled score beyond f32's range (or NaN) poisons the row, softcap or not.
+  float score = as_score_or_nan(x * p.scale);
   if (p.softcap > 0.0f) {
     const float capped = tanhf(score / p.softcap);
     score = p.softcap * capped;

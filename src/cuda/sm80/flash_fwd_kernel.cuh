@@ -17,6 +17,7 @@
 
 #include "cuda/common/elements.cuh"
 #include "cuda/common/launch.cuh"
+#include "cuda/common/poison.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/score_mods.cuh"
 #include "cuda/common/tile_coords.cuh"
@@ -118,8 +119,22 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
       load_kv(n_block + kStages - 1, (it + kStages - 1) % kStages);
     cp_async_commit();
 
-    const T* k_tile = kv_tiles + (it % kStages) * 2 * kBlockN * kPitch;
-    const T* v_tile = k_tile + kBlockN * kPitch;
+    T* const k_tile = kv_tiles + (it % kStages) * 2 * kBlockN * kPitch;
+    T* const v_tile = k_tile + kBlockN * kPitch;
+    const int n0 = n_block * kBlockN;
+
+    // A block where some row cannot see some key: clean poisoned V rows first (poison.cuh).
+    // The condition is the same for the whole CTA.
+    const bool has_mask = kGeneral && p.mask != nullptr;
+    if (has_mask || n0 < first_bottom || n0 + kBlockN > last_top) {
+      constexpr int kChunks = kDim / 8;
+      for (int idx = static_cast<int>(threadIdx.x); idx < kBlockN * kChunks; idx += kThreads) {
+        const int row = idx / kChunks;
+        if (clear_nonfinite_chunk<T>(v_tile + swizzled<kPitch>(row, idx % kChunks)))
+          k_tile[swizzled<kPitch>(row, 0)] = nan_element<T>();
+      }
+      __syncthreads();
+    }
 
     // S = Q K^T                                                   // (rows_per_warp, block_n)
     float s[kMTiles][kNTiles][4];
@@ -148,8 +163,8 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
       }
     }
 
-    // Score modifications, in base-2 units (x = score * log2 e), -inf where masked.
-    const int n0 = n_block * kBlockN;
+    // Score modifications, in base-2 units (x = score * log2 e), -inf where masked; a
+    // non-finite scaled score becomes NaN first (poison.cuh).
     if constexpr (kGeneral) {
       const float slope = alibi_slope(p, b, h);
 #pragma unroll
@@ -176,7 +191,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] *= p.scale_log2;
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = as_score_or_nan(s[mt][nt][e] * p.scale_log2);
       if (n0 < first_bottom || n0 + kBlockN > last_top) {  // a block on a window/length edge
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt)
@@ -257,7 +272,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
   cp_async_wait<0>();
 
   // Epilogue: O / l (0 for a fully masked row), lse = ln(sum) = (max + log2 l) ln 2 (-inf if
-  // empty).
+  // empty); NaN for a poisoned row.
   char* out_base = static_cast<char*>(p.out);
   const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
   out_base += (b * p.o_stride_b + h * p.o_stride_h) * out_esize;
@@ -265,12 +280,18 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      float l = row_sum[mt][hh];
+      float l = row_sum[mt][hh], check = 0.0f;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt)
+        check = fmaf(acc_o[mt][dt][2 * hh], 0.0f, fmaf(acc_o[mt][dt][2 * hh + 1], 0.0f, check));
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
+      check += __shfl_xor_sync(0xffffffffu, check, 1);
+      check += __shfl_xor_sync(0xffffffffu, check, 2);
       const int i = m0 + warp_row0 + mt * 16 + g + 8 * hh;
       if (i >= p.len_q) continue;
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const bool poisoned = row_poisoned(l, check);
+      const float inv = poisoned ? NAN : (l > 0.0f ? 1.0f / l : 0.0f);
       void* out_row = out_base + static_cast<std::int64_t>(i) * p.o_stride_l * out_esize;
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {
@@ -281,7 +302,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
       }
       if (p.lse != nullptr && t == 0)
         p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] =
-            l > 0.0f ? (row_max[mt][hh] + __log2f(l)) * kLn2 : -INFINITY;
+            poisoned ? NAN : (l > 0.0f ? (row_max[mt][hh] + __log2f(l)) * kLn2 : -INFINITY);
     }
 }
 

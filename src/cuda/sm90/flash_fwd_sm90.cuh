@@ -37,6 +37,7 @@
 #include "cuda/common/elements.cuh"
 #include "cuda/common/exp2_poly.cuh"
 #include "cuda/common/launch.cuh"
+#include "cuda/common/poison.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/score_mods.cuh"
 #include "cuda/common/tile_coords.cuh"
@@ -732,39 +733,44 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
               float& x = s[nt][2 * hh + e];
               x = general_score_log2(p, general_rows[hh], n0 + nt * 8 + 2 * t + e, x);
             }
-      } else if (n0 < w.first_bottom || n0 + kBlockN > w.last_top) {  // a window / length edge
-        if constexpr (kHalfMasked) {
-          int first[2], last[2];  // each row's visible keys, relative to this thread's column
+      } else {
+        // (A non-finite raw score is not turned into NaN here as in the sm80 kernel: one FFMA
+        // per score cost this softmax 5-10% at D 64 and 128. NaN and +inf reach the sum on
+        // their own; a -inf raw score weighs 0, see docs/semantics.md.)
+        if (n0 < w.first_bottom || n0 + kBlockN > w.last_top) {  // a window / length edge
+          if constexpr (kHalfMasked) {
+            int first[2], last[2];  // each row's visible keys, relative to this thread's column
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            tile.visible(row0 + 8 * hh, first[hh], last[hh]);
-            first[hh] -= n0 + 2 * t;
-            last[hh] -= n0 + 2 * t;
-          }
-          right_empty = __all_sync(0xffffffffu, max(last[0], last[1]) <= kBlockN / 2 - 2 * t);
-          auto mask = [&](int nt) {  // (per n8 tile, both rows: the order session 31 measured)
+            for (int hh = 0; hh < 2; ++hh) {
+              tile.visible(row0 + 8 * hh, first[hh], last[hh]);
+              first[hh] -= n0 + 2 * t;
+              last[hh] -= n0 + 2 * t;
+            }
+            right_empty = __all_sync(0xffffffffu, max(last[0], last[1]) <= kBlockN / 2 - 2 * t);
+            auto mask = [&](int nt) {  // (per n8 tile, both rows: the order session 31 measured)
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh)
+              for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int j = nt * 8 + e;
-                if (j < first[hh] || j >= last[hh]) s[nt][2 * hh + e] = -INFINITY;
-              }
-          };
+                for (int e = 0; e < 2; ++e) {
+                  const int j = nt * 8 + e;
+                  if (j < first[hh] || j >= last[hh]) s[nt][2 * hh + e] = -INFINITY;
+                }
+            };
 #pragma unroll
-          for (int nt = 0; nt < kHalfTiles; ++nt) mask(nt);
-          if (!right_empty) {
+            for (int nt = 0; nt < kHalfTiles; ++nt) mask(nt);
+            if (!right_empty) {
 #pragma unroll
-            for (int nt = kHalfTiles; nt < kNTiles; ++nt) mask(nt);
-          }
-        } else {
+              for (int nt = kHalfTiles; nt < kNTiles; ++nt) mask(nt);
+            }
+          } else {
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            int first, last;
-            tile.visible(row0 + 8 * hh, first, last);
-            first -= n0 + 2 * t;
-            last -= n0 + 2 * t;
-            mask_row_outside<0, kNTiles>(s, hh, first, last);
+            for (int hh = 0; hh < 2; ++hh) {
+              int first, last;
+              tile.visible(row0 + 8 * hh, first, last);
+              first -= n0 + 2 * t;
+              last -= n0 + 2 * t;
+              mask_row_outside<0, kNTiles>(s, hh, first, last);
+            }
           }
         }
       }
@@ -809,6 +815,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         // l >= 1 where positive (the running max's own term is 2^0), at most 2^8 per key.
         inv_sum[hh] = l > 0.0f ? __fdividef(1.0f, l) : 0.0f;
         row_lse[hh] = l > 0.0f ? (row_max[hh] + __log2f(l)) * kLn2 : -INFINITY;
+        if (l != l) row_lse[hh] = NAN;  // a visible non-finite score (see the epilogue)
       }
     };
     // The last TMA store (the previous tile's) has read the staging buffer, and every thread
@@ -983,6 +990,21 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     const int e_g = e_lane / 4, e_t = e_lane % 4;
     const int e_row0 = e_warp_row0 + e_g;  // rows e_row0, e_row0 + 8
     if constexpr (!kEarlyRows) finalise_rows();
+    // A poisoned row (a visible non-finite score made its sum NaN, or a visible non-finite V
+    // its output) is NaN throughout, lse included.
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float check = 0.0f;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt)
+        check = fmaf(acc_o[dt][2 * hh], 0.0f, fmaf(acc_o[dt][2 * hh + 1], 0.0f, check));
+      check += __shfl_xor_sync(0xffffffffu, check, 1);
+      check += __shfl_xor_sync(0xffffffffu, check, 2);
+      if (row_poisoned(row_lse[hh], check)) {
+        inv_sum[hh] = NAN;
+        row_lse[hh] = NAN;
+      }
+    }
     TILEATTN_TRACE_TILE(q_pass, 5);
     // The logsumexp first: two stores that need only the row values, issued before the staging
     // (after it they waited behind the TMA issue and the element path's set-up).
