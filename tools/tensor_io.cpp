@@ -116,8 +116,7 @@ HostTensor convert(HostTensor t, DType to) {
   void* dst = r.data();
   const DType from = t.dtype();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i)
-    store_from_f32(dst, to, i, load_as_f32(src, from, i));
+  for (std::int64_t i = 0; i < n; ++i) store_from_f32(dst, to, i, load_as_f32(src, from, i));
   return r;
 }
 
