@@ -60,6 +60,8 @@ inline VecF lane_index() {
 inline VecF select_greater(VecF a, VecF b, VecF x, VecF y) {
   return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ), y.v, x.v)};
 }
+// Whether any lane of `a` is greater than that of `b`.
+inline bool any_greater(VecF a, VecF b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ) != 0; }
 // The first n (< lanes) floats at p, the other lanes `fill`; and the first n lanes stored to p.
 inline VecF load_first(const float* p, int n, float fill) {
   return {_mm512_mask_loadu_ps(_mm512_set1_ps(fill), static_cast<__mmask16>((1u << n) - 1), p)};
@@ -166,6 +168,9 @@ inline VecF lane_index() {
 }
 inline VecF select_greater(VecF a, VecF b, VecF x, VecF y) {
   return {_mm256_blendv_ps(y.v, x.v, _mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ))};
+}
+inline bool any_greater(VecF a, VecF b) {
+  return _mm256_movemask_ps(_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ)) != 0;
 }
 inline __m256i first_lanes(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -282,6 +287,11 @@ inline VecF select_greater(VecF a, VecF b, VecF x, VecF y) {
   for (int i = 0; i < 8; ++i) r.v[i] = a.v[i] > b.v[i] ? x.v[i] : y.v[i];
   return r;
 }
+inline bool any_greater(VecF a, VecF b) {
+  bool any = false;
+  for (int i = 0; i < 8; ++i) any |= a.v[i] > b.v[i];
+  return any;
+}
 inline VecF load_first(const float* p, int n, float fill) {
   VecF r;
   for (int i = 0; i < 8; ++i) r.v[i] = i < n ? p[i] : fill;
@@ -350,6 +360,10 @@ inline VecF softcap(VecF x, float cap, float two_log2e_over_cap) {
   p = fma(p, y2, splat(-1.0f / 3.0f));
   p = fma(p, y2, splat(1.0f));
   const VecF small = mul(x, p);
+  // Scores well inside the cap (the usual case: caps of 30-50 on scores of a few units) need
+  // only the series.
+  const VecF abs_y = vabs(y), half = splat(0.5f);
+  if (!any_greater(abs_y, half)) return small;
 
   const VecF e = exp2_nonpositive(mul(vabs(x), splat(-two_log2e_over_cap)));
   const VecF one = splat(1.0f);
@@ -369,7 +383,7 @@ inline VecF softcap(VecF x, float cap, float two_log2e_over_cap) {
   for (int i = 0; i < 8; ++i) r.v[i] = x.v[i] < 0.0f ? -t.v[i] / denom.v[i] : t.v[i] / denom.v[i];
 #endif
   // A NaN y compares false and takes the series side, which keeps it NaN.
-  return select_greater(vabs(y), splat(0.5f), r, small);
+  return select_greater(abs_y, half, r, small);
 }
 
 }  // namespace
