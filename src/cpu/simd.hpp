@@ -251,8 +251,11 @@ inline VecF vround(VecF a) {
 inline VecF pow2_int(VecF n) {
   VecF r;
   for (int i = 0; i < 8; ++i) {
-    // A NaN n (from a NaN score) converts as 0: the polynomial factor carries the NaN.
-    const std::int32_t e = n.v[i] == n.v[i] ? static_cast<std::int32_t>(n.v[i]) : 0;
+    // A NaN n (from a NaN score) converts as 0: the polynomial factor carries the NaN. n > 0
+    // only reaches here in a row that a NaN score poisons (the NaN can hide the row's maximum
+    // from vmax), so it saturates at 2^128 (the bits of +inf) instead of overflowing the cast.
+    const float c = n.v[i] < 128.0f ? n.v[i] : 128.0f;
+    const std::int32_t e = c == c ? static_cast<std::int32_t>(c) : 0;
     const std::uint32_t bits = static_cast<std::uint32_t>(e + 127) << 23;
     __builtin_memcpy(&r.v[i], &bits, sizeof bits);
   }
