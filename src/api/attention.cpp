@@ -15,10 +15,6 @@
 #include "cuda/cuda_forward.hpp"
 #endif
 
-#ifndef TILEATTN_VERSION
-#define TILEATTN_VERSION "0.0.0"
-#endif
-
 namespace tileattn {
 
 const char* to_string(DType dtype) noexcept {

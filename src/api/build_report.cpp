@@ -1,12 +1,19 @@
-#include "cuda_info.hpp"
+// build_report(): the text of `tileattn info` (the CLI) and `python -m tileattn info`, one
+// definition for both. The CUDA part lists the runtime, driver and devices when the library is
+// built with the CUDA backend.
+#include <sstream>
+#include <string>
+
+#include "tileattn/tileattn.hpp"
 
 #if defined(TILEATTN_WITH_CUDA)
 #include <cuda_runtime.h>
 #endif
 
-namespace tileattn::tools {
+namespace tileattn {
+namespace {
 
-void print_cuda_devices(std::ostream& os) {
+void report_cuda(std::ostream& os) {
 #if defined(TILEATTN_WITH_CUDA)
   int runtime = 0, driver = 0, count = 0;
   cudaRuntimeGetVersion(&runtime);
@@ -32,4 +39,19 @@ void print_cuda_devices(std::ostream& os) {
 #endif
 }
 
-}  // namespace tileattn::tools
+}  // namespace
+
+std::string build_report() {
+  const BuildInfo b = build_info();
+  std::ostringstream os;
+  os << "tileattn " << b.version << '\n'
+     << "compiler: " << b.compiler << '\n'
+     << "OpenMP: " << (b.openmp ? "yes" : "no") << '\n'
+     << "CPU ISA (best detected): " << to_string(b.best_cpu_isa) << '\n'
+     << "threads: " << b.max_threads << '\n'
+     << "CUDA backend: " << (b.cuda ? "yes" : "no") << '\n';
+  report_cuda(os);
+  return os.str();
+}
+
+}  // namespace tileattn

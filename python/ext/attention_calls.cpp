@@ -1,0 +1,175 @@
+#include "attention_calls.hpp"
+
+#include <nanobind/stl/optional.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "dlpack_tensor.hpp"
+#include "tileattn/tileattn.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace tileattn::python {
+namespace {
+
+// The options of AttentionArgs (every field but the tensors) and of Context, as the Python layer
+// passes them: enums as their integer values (the Python layer maps the names).
+struct Options {
+  bool causal = false;
+  int alignment = 0;
+  std::int64_t window_left = -1, window_right = -1;
+  std::optional<float> scale;
+  float softcap = 0.0f;
+  float dropout_p = 0.0f;
+  std::uint64_t seed = 0, offset = 0;
+  bool bhsd = false;  // q, k, v, out (and dout, dq, dk, dv) are [B, H, L, D] arrays
+  int backend = 0, threads = 0, cpu_isa = 255;
+  std::uintptr_t stream = 0;
+};
+
+void apply(const Options& o, AttentionArgs& a) {
+  a.causal = o.causal;
+  a.alignment = static_cast<Alignment>(o.alignment);
+  a.window_left = o.window_left;
+  a.window_right = o.window_right;
+  a.scale = o.scale;
+  a.softcap = o.softcap;
+  a.dropout_p = o.dropout_p;
+  a.dropout_seed = o.seed;
+  a.dropout_offset = o.offset;
+}
+
+Context context_of(const Options& o) {
+  Context ctx;
+  ctx.backend = static_cast<Backend>(o.backend);
+  ctx.threads = o.threads;
+  ctx.cpu_isa = static_cast<CpuIsa>(o.cpu_isa);
+  ctx.cuda_stream = reinterpret_cast<void*>(o.stream);
+  return ctx;
+}
+
+// A [B, H, L, D] array seen as the [B, L, H, D] tensor AttentionArgs takes (no copy).
+Tensor in_layout(const ArrayView& view, const char* name, bool bhsd) {
+  if (!bhsd) return view.tensor;
+  if (view.tensor.rank != 4)
+    throw Error(std::string("tileattn: argument '") + name +
+                "': layout 'bhsd' expects a rank-4 [B, H, L, D] array, got rank " +
+                std::to_string(view.tensor.rank));
+  return bhsd_as_bshd(view.tensor);
+}
+
+// Optional arrays shared by both directions.
+struct Extras {
+  ArrayView lse, mask, key_lengths, alibi_slopes;
+};
+
+void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+             nb::handle mask, nb::handle key_lengths, nb::handle alibi_slopes,
+             const Options& o) {
+  const ArrayView vq = view_of(q, "q"), vk = view_of(k, "k"), vv = view_of(v, "v");
+  const ArrayView vout = view_of(out, "out", Access::write);
+  const ArrayView vlse = optional_view_of(lse, "lse", Access::write);
+  const ArrayView vmask = optional_view_of(mask, "mask");
+  const ArrayView vlen = optional_view_of(key_lengths, "key_lengths");
+  const ArrayView vslopes = optional_view_of(alibi_slopes, "alibi_slopes");
+  AttentionArgs a;
+  a.q = in_layout(vq, "q", o.bhsd);
+  a.k = in_layout(vk, "k", o.bhsd);
+  a.v = in_layout(vv, "v", o.bhsd);
+  a.out = in_layout(vout, "out", o.bhsd);
+  a.lse = vlse.tensor;
+  a.mask = vmask.tensor;
+  a.key_lengths = vlen.tensor;
+  a.alibi_slopes = vslopes.tensor;
+  apply(o, a);
+  const Context ctx = context_of(o);
+  nb::gil_scoped_release release;
+  attention_forward(a, ctx);
+}
+
+void backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
+              nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle mask,
+              nb::handle key_lengths, nb::handle alibi_slopes, bool deterministic,
+              const Options& o) {
+  const ArrayView vdout = view_of(dout, "dout");
+  const ArrayView vq = view_of(q, "q"), vk = view_of(k, "k"), vv = view_of(v, "v");
+  const ArrayView vout = view_of(out, "out"), vlse = view_of(lse, "lse");
+  const ArrayView vdq = view_of(dq, "dq", Access::write);
+  const ArrayView vdk = view_of(dk, "dk", Access::write);
+  const ArrayView vdv = view_of(dv, "dv", Access::write);
+  const ArrayView vmask = optional_view_of(mask, "mask");
+  const ArrayView vlen = optional_view_of(key_lengths, "key_lengths");
+  const ArrayView vslopes = optional_view_of(alibi_slopes, "alibi_slopes");
+  AttentionBackwardArgs a;
+  a.q = in_layout(vq, "q", o.bhsd);
+  a.k = in_layout(vk, "k", o.bhsd);
+  a.v = in_layout(vv, "v", o.bhsd);
+  a.out = in_layout(vout, "out", o.bhsd);
+  a.dout = in_layout(vdout, "dout", o.bhsd);
+  a.dq = in_layout(vdq, "dq", o.bhsd);
+  a.dk = in_layout(vdk, "dk", o.bhsd);
+  a.dv = in_layout(vdv, "dv", o.bhsd);
+  a.lse = vlse.tensor;
+  a.mask = vmask.tensor;
+  a.key_lengths = vlen.tensor;
+  a.alibi_slopes = vslopes.tensor;
+  a.deterministic = deterministic;
+  apply(o, a);
+  const Context ctx = context_of(o);
+  nb::gil_scoped_release release;
+  attention_backward(a, ctx);
+}
+
+Options make_options(bool causal, int alignment, std::int64_t window_left,
+                     std::int64_t window_right, std::optional<float> scale, float softcap,
+                     float dropout_p, std::uint64_t seed, std::uint64_t offset, bool bhsd,
+                     int backend, int threads, int cpu_isa, std::uintptr_t stream) {
+  return Options{causal, alignment, window_left, window_right, scale, softcap, dropout_p,
+                 seed,   offset,    bhsd,        backend,      threads, cpu_isa, stream};
+}
+
+}  // namespace
+
+void register_attention_calls(nb::module_& m) {
+  m.def(
+      "forward",
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+         nb::handle mask, nb::handle key_lengths, nb::handle alibi_slopes, bool causal,
+         int alignment, std::int64_t window_left, std::int64_t window_right,
+         std::optional<float> scale, float softcap, float dropout_p, std::uint64_t seed,
+         std::uint64_t offset, bool bhsd, int backend, int threads, int cpu_isa,
+         std::uintptr_t stream) {
+        forward(q, k, v, out, lse, mask, key_lengths, alibi_slopes,
+                make_options(causal, alignment, window_left, window_right, scale, softcap,
+                             dropout_p, seed, offset, bhsd, backend, threads, cpu_isa, stream));
+      },
+      "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "mask"_a.none(), "key_lengths"_a.none(),
+      "alibi_slopes"_a.none(), "causal"_a, "alignment"_a, "window_left"_a, "window_right"_a,
+      "scale"_a.none(), "softcap"_a, "dropout_p"_a, "seed"_a, "offset"_a, "bhsd"_a, "backend"_a,
+      "threads"_a, "cpu_isa"_a, "stream"_a,
+      "tileattn::attention_forward on caller-allocated arrays (see tileattn.attention).");
+  m.def(
+      "backward",
+      [](nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
+         nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle mask,
+         nb::handle key_lengths, nb::handle alibi_slopes, bool causal, int alignment,
+         std::int64_t window_left, std::int64_t window_right, std::optional<float> scale,
+         float softcap, float dropout_p, std::uint64_t seed, std::uint64_t offset, bool bhsd,
+         bool deterministic, int backend, int threads, int cpu_isa, std::uintptr_t stream) {
+        backward(dout, q, k, v, out, lse, dq, dk, dv, mask, key_lengths, alibi_slopes,
+                 deterministic,
+                 make_options(causal, alignment, window_left, window_right, scale, softcap,
+                              dropout_p, seed, offset, bhsd, backend, threads, cpu_isa, stream));
+      },
+      "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, "mask"_a.none(),
+      "key_lengths"_a.none(), "alibi_slopes"_a.none(), "causal"_a, "alignment"_a,
+      "window_left"_a, "window_right"_a, "scale"_a.none(), "softcap"_a, "dropout_p"_a, "seed"_a,
+      "offset"_a, "bhsd"_a, "deterministic"_a, "backend"_a, "threads"_a, "cpu_isa"_a, "stream"_a,
+      "tileattn::attention_backward on caller-allocated arrays (see "
+      "tileattn.attention_backward).");
+}
+
+}  // namespace tileattn::python

@@ -1,0 +1,127 @@
+"""tileattn.attention and tileattn.attention_backward over DLPack arrays."""
+
+from . import _tileattn
+from ._arrays import Allocator, default_stream, detach
+from ._options import (ALIGNMENTS, BACKENDS, CPU_ISAS, choice, fail, layout_is_bhsd, scale_value,
+                       u64, window_pair)
+
+
+def _shape4(x, argument):
+    shape = tuple(getattr(x, "shape", ()))
+    if len(shape) != 4:
+        fail(argument, f"expected a rank-4 array, got shape {list(shape)}")
+    return tuple(int(s) for s in shape)
+
+
+def _options(causal, alignment, window, scale, softcap, dropout_p, seed, offset, layout, backend,
+             threads, cpu_isa, stream, like):
+    left, right = window_pair(window)
+    return dict(
+        causal=bool(causal), alignment=choice("alignment", alignment, ALIGNMENTS),
+        window_left=left, window_right=right, scale=scale_value(scale), softcap=float(softcap),
+        dropout_p=float(dropout_p), seed=u64("seed", seed), offset=u64("offset", offset),
+        bhsd=layout_is_bhsd(layout), backend=choice("backend", backend, BACKENDS),
+        threads=int(threads), cpu_isa=choice("cpu_isa", cpu_isa, CPU_ISAS),
+        stream=default_stream(like) if stream is None else int(stream))
+
+
+def attention(q, k, v, *, causal=False, alignment="bottom-right", window=(-1, -1), mask=None,
+              key_lengths=None, scale=None, softcap=0.0, alibi_slopes=None, dropout_p=0.0,
+              seed=0, offset=0, layout="bshd", out=None, return_lse=False, backend="auto",
+              threads=0, cpu_isa="best", stream=None):
+    """``softmax(scale · q kᵀ + masks) v``, the flash way (tileattn::attention_forward).
+
+    Arrays: anything that supports DLPack (``__dlpack__``) or the buffer protocol — numpy,
+    PyTorch, CuPy, JAX — read and written in place, never copied. All on one device (CPU or
+    one CUDA device); another device is refused with ``tileattn.Error``.
+
+    Args:
+        q: ``[B, Lq, Hq, D]`` (layout ``"bshd"``) or ``[B, Hq, Lq, D]`` (``"bhsd"``); f32, f16 or
+            bf16; any strides with a contiguous last dimension.
+        k: ``[B, Lk, Hkv, D]`` (or ``[B, Hkv, Lk, D]``), q's dtype; ``Hq % Hkv == 0`` (GQA/MQA).
+        v: ``[B, Lk, Hkv, Dv]`` (or ``[B, Hkv, Lk, Dv]``), q's dtype.
+        causal: key j visible to query i only if ``j <= pos(i)``.
+        alignment: ``"bottom-right"`` (``pos(i) = i + Lk - Lq``, FlashAttention) or
+            ``"top-left"`` (``pos(i) = i``, PyTorch's ``is_causal``).
+        window: ``(left, right)`` sliding window around ``pos(i)``; -1 is unbounded.
+        mask: broadcastable to ``[B, Hq, Lq, Lk]`` (rank 2–4); bool (True = attend) or float32
+            (added to the scores).
+        key_lengths: int32 or int64 ``[B]``: keys ``j >= key_lengths[b]`` are masked.
+        scale: multiplier of q·k; None means ``1/sqrt(D)``.
+        softcap: ``c > 0`` applies ``c · tanh(s / c)`` to the scores; 0 disables.
+        alibi_slopes: float32 ``[Hq]`` or ``[B, Hq]``.
+        dropout_p, seed, offset: dropout on the probabilities with the keep mask of
+            docs/semantics.md (Philox4x32-10 keyed by seed and offset; the same on every
+            backend). Calls meant to draw independent masks advance ``offset`` by ``B · Hq``.
+        layout: ``"bshd"`` or ``"bhsd"`` for q, k, v and out.
+        out: the output ``[B, Lq, Hq, Dv]`` (in ``layout``), f32/f16/bf16; allocated like q when
+            None (a torch tensor for torch inputs, numpy for numpy inputs).
+        return_lse: also return the natural-log softmax denominator, float32 ``[B, Hq, Lq]``
+            (-inf for a fully masked row).
+        backend: ``"auto"`` (CUDA for device arrays, else the CPU kernels), ``"cpu"``,
+            ``"reference"`` (double precision, slow) or ``"cuda"``.
+        threads: CPU threads (0: OpenMP's default).
+        cpu_isa: cap on the CPU instruction set: ``"best"``, ``"amx_bf16"``, ``"avx512_bf16"``,
+            ``"avx512"``, ``"avx2"`` or ``"portable"``.
+        stream: CUDA stream (an int ``cudaStream_t``); None: torch's or CuPy's current stream
+            for their arrays, else the default stream.
+
+    Returns:
+        ``out``, or ``(out, lse)`` with ``return_lse``.
+
+    Raises:
+        tileattn.Error: (a ValueError) an invalid argument; the message names it. Nothing is
+            written then.
+    """
+    q, k, v = detach(q), detach(k), detach(v)
+    opts = _options(causal, alignment, window, scale, softcap, dropout_p, seed, offset, layout,
+                    backend, threads, cpu_isa, stream, q)
+    lse = None
+    if out is None or return_lse:
+        b, s1, s2, _ = _shape4(q, "q")
+        dv = _shape4(v, "v")[3]
+        alloc = Allocator(q, "q")
+        if out is None:
+            out = alloc.empty((b, s1, s2, dv))
+        if return_lse:
+            hq, lq = (s1, s2) if opts["bhsd"] else (s2, s1)
+            lse = alloc.empty((b, hq, lq), float32=True, name="lse")
+    _tileattn.forward(q, k, v, out, lse, detach(mask), detach(key_lengths), detach(alibi_slopes),
+                      **opts)
+    return (out, lse) if return_lse else out
+
+
+def attention_backward(dout, q, k, v, out, lse, *, causal=False, alignment="bottom-right",
+                       window=(-1, -1), mask=None, key_lengths=None, scale=None, softcap=0.0,
+                       alibi_slopes=None, dropout_p=0.0, seed=0, offset=0, layout="bshd",
+                       deterministic=False, dq=None, dk=None, dv=None, backend="auto", threads=0,
+                       cpu_isa="best", stream=None):
+    """Gradients of ``Σ out ∘ dout`` w.r.t. q, k and v (tileattn::attention_backward).
+
+    Takes the forward's arrays and every option the forward used (dropout's ``seed`` and
+    ``offset`` included), its ``out`` and ``lse`` (``attention(..., return_lse=True)``) and
+    ``dout``, shaped like ``out``. ``dq``, ``dk``, ``dv`` (shaped like q, k, v; f32/f16/bf16)
+    are allocated like q when None. With GQA/MQA, dk and dv sum over the query heads that share
+    a kv head. ``deterministic=True`` makes the gradients bitwise reproducible (CPU: for any
+    thread count too). The other arguments are ``attention``'s.
+
+    Returns:
+        ``(dq, dk, dv)``.
+
+    Raises:
+        tileattn.Error: an invalid argument (named in the message); nothing is written then.
+    """
+    dout, q, k, v, out, lse = (detach(x) for x in (dout, q, k, v, out, lse))
+    opts = _options(causal, alignment, window, scale, softcap, dropout_p, seed, offset, layout,
+                    backend, threads, cpu_isa, stream, q)
+    if dq is None or dk is None or dv is None:
+        alloc = Allocator(q, "q")
+        if dq is None:
+            dq = alloc.empty(_shape4(q, "q"), name="dq")
+        if dk is None:
+            dk = alloc.empty(_shape4(k, "k"), name="dk")
+        if dv is None:
+            dv = alloc.empty(_shape4(v, "v"), name="dv")
+    _tileattn.backward(dout, q, k, v, out, lse, dq, dk, dv, detach(mask), detach(key_lengths),
+                       detach(alibi_slopes), deterministic=bool(deterministic), **opts)
+    return dq, dk, dv
