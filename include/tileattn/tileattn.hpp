@@ -165,6 +165,13 @@ struct Context {
   CpuIsa cpu_isa =
       CpuIsa::best;             // cap on the CPU instruction set (best available if not supported)
   void* cuda_stream = nullptr;  // cudaStream_t for the CUDA backend; nullptr = default stream
+  // Optional caller-owned device memory for the CUDA backward's workspace, e.g. from a
+  // framework's caching allocator (so that a CUDA graph capture sees no allocation by the
+  // library). At least attention_backward_workspace_bytes(args, ctx) bytes on the tensors'
+  // device, 256-byte aligned, reserved for this call's work on cuda_stream. Null (the default):
+  // the backward takes its workspace from the stream-ordered pool the library keeps per device.
+  void* cuda_workspace = nullptr;
+  std::size_t cuda_workspace_bytes = 0;
 };
 
 // Computes out (and lse when given). Throws tileattn::Error on invalid arguments (nothing written).
@@ -175,6 +182,11 @@ void attention_forward(const AttentionArgs& args, const Context& ctx = {});
 // (nothing written). The cuda backend enqueues on ctx.cuda_stream and takes a stream-ordered f32
 // workspace (about 4 x B x Hq x Lq x D bytes) from a pool the library keeps per device.
 void attention_backward(const AttentionBackwardArgs& args, const Context& ctx = {});
+
+// The device bytes attention_backward(args, ctx) needs in Context::cuda_workspace: 0 when the
+// call runs on a host backend. Validates the arguments as attention_backward does (same errors).
+std::size_t attention_backward_workspace_bytes(const AttentionBackwardArgs& args,
+                                               const Context& ctx = {});
 
 // What the library was built with and what this machine offers.
 struct BuildInfo {

@@ -93,7 +93,7 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
 void backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
               nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle mask,
               nb::handle key_lengths, nb::handle alibi_slopes, bool deterministic,
-              const Options& o) {
+              nb::handle workspace, const Options& o) {
   const ArrayView vdout = view_of(dout, "dout");
   const ArrayView vq = view_of(q, "q"), vk = view_of(k, "k"), vv = view_of(v, "v");
   const ArrayView vout = view_of(out, "out"), vlse = view_of(lse, "lse");
@@ -118,7 +118,25 @@ void backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::han
   a.alibi_slopes = vslopes.tensor;
   a.deterministic = deterministic;
   apply(o, a);
-  const Context ctx = context_of(o);
+  Context ctx = context_of(o);
+  // The CUDA workspace from the caller's allocator (PyTorch's caching allocator for
+  // tileattn.torch, so that CUDA graph capture sees no allocation by the library).
+  nb::object workspace_array;
+  ArrayView vworkspace;
+  if (!workspace.is_none() && a.q.device == Device::cuda) {
+    const std::size_t bytes = attention_backward_workspace_bytes(a, ctx);
+    if (bytes > 0) {
+      workspace_array = workspace(bytes);
+      vworkspace = view_of(workspace_array, "workspace", Access::write);
+      const Tensor& w = vworkspace.tensor;
+      if (w.device != Device::cuda || w.device_index != a.q.device_index)
+        throw Error("tileattn: argument 'workspace': must return an array on q's device");
+      std::size_t given = size_of(w.dtype);
+      for (int d = 0; d < w.rank; ++d) given *= static_cast<std::size_t>(w.shape[d]);
+      ctx.cuda_workspace = w.data;
+      ctx.cuda_workspace_bytes = given;
+    }
+  }
   nb::gil_scoped_release release;
   attention_backward(a, ctx);
 }
@@ -158,9 +176,10 @@ void register_attention_calls(nb::module_& m) {
          nb::handle key_lengths, nb::handle alibi_slopes, bool causal, int alignment,
          std::int64_t window_left, std::int64_t window_right, std::optional<float> scale,
          float softcap, float dropout_p, std::uint64_t seed, std::uint64_t offset, bool bhsd,
-         bool deterministic, int backend, int threads, int cpu_isa, std::uintptr_t stream) {
+         bool deterministic, int backend, int threads, int cpu_isa, std::uintptr_t stream,
+         nb::handle workspace) {
         backward(dout, q, k, v, out, lse, dq, dk, dv, mask, key_lengths, alibi_slopes,
-                 deterministic,
+                 deterministic, workspace,
                  make_options(causal, alignment, window_left, window_right, scale, softcap,
                               dropout_p, seed, offset, bhsd, backend, threads, cpu_isa, stream));
       },
@@ -168,8 +187,10 @@ void register_attention_calls(nb::module_& m) {
       "key_lengths"_a.none(), "alibi_slopes"_a.none(), "causal"_a, "alignment"_a,
       "window_left"_a, "window_right"_a, "scale"_a.none(), "softcap"_a, "dropout_p"_a, "seed"_a,
       "offset"_a, "bhsd"_a, "deterministic"_a, "backend"_a, "threads"_a, "cpu_isa"_a, "stream"_a,
+      "workspace"_a.none() = nb::none(),
       "tileattn::attention_backward on caller-allocated arrays (see "
-      "tileattn.attention_backward).");
+      "tileattn.attention_backward). workspace: None, or a callable taking a byte count and "
+      "returning a contiguous 1-D device array at least that large (the CUDA workspace).");
 }
 
 }  // namespace tileattn::python

@@ -1,6 +1,6 @@
 """Stubs of the compiled core (python/ext). Arrays are any DLPack or buffer-protocol object."""
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 class Error(ValueError):
     """An invalid argument or a backend failure; the message names the argument."""
@@ -19,4 +19,4 @@ def backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, dq: Any, dk:
              causal: bool, alignment: int, window_left: int, window_right: int,
              scale: Optional[float], softcap: float, dropout_p: float, seed: int, offset: int,
              bhsd: bool, deterministic: bool, backend: int, threads: int, cpu_isa: int,
-             stream: int) -> None: ...
+             stream: int, workspace: Optional[Callable[[int], Any]] = None) -> None: ...

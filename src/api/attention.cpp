@@ -160,7 +160,7 @@ void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
 #if defined(TILEATTN_WITH_CUDA)
     if (p.device != Device::cuda)
       throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
-    detail::cuda_flash_backward(p, ctx.cuda_stream);
+    detail::cuda_flash_backward(p, ctx.cuda_stream, ctx.cuda_workspace, ctx.cuda_workspace_bytes);
     return;
 #else
     throw Error(
@@ -177,6 +177,17 @@ void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
     else
       detail::cpu_flash_backward(p, ctx.threads, ctx.cpu_isa);
   });
+}
+
+std::size_t attention_backward_workspace_bytes(const AttentionBackwardArgs& args,
+                                               const Context& ctx) {
+  const detail::AttnBackwardParams p = detail::validate_backward(args);
+  if (resolve_backend(ctx, p.device) != Backend::cuda || p.device != Device::cuda) return 0;
+#if defined(TILEATTN_WITH_CUDA)
+  return detail::cuda_backward_workspace_bytes(p);
+#else
+  return 0;
+#endif
 }
 
 BuildInfo build_info() {

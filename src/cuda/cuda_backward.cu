@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <string>
 
 #include "cuda/cuda_forward.hpp"
 #include "cuda/cuda_host.hpp"
@@ -81,22 +82,61 @@ cudaError_t launch_sm90(int bucket, DType dtype, const cuda::FlashBwdParams& k,
                       : cuda::launch_flash_bwd_sm90<__nv_bfloat16, 128>(k, stream);
 }
 
-}  // namespace
+// The backward's sizes: head-dim bucket, tiles, and the workspace's parts: dQ accumulator,
+// delta, lse * log2(e), and the deterministic mode's turn counters (one per query block and
+// column chunk of the sm80 kernel; the sm90 kernel's query blocks are no smaller and it has one
+// chunk).
+struct BackwardPlan {
+  int bucket = 0;
+  cuda::BwdTileConfig cfg{};
+  std::int64_t len_q_padded = 0, m_blocks = 0, workspace_rows = 0;
+  std::size_t accum_floats = 0, turns = 0, bytes = 0;
+};
 
-void cuda_flash_backward(const AttnBackwardParams& p, void* stream) {
-  const int bucket = cuda::bwd_bucket(static_cast<int>(std::max(p.dim, p.dim_v)));
-  const cuda::BwdTileConfig cfg = cuda::bwd_tile_config(bucket);
-  const std::int64_t len_q_padded =
-      (p.len_q + kWorkspaceRowAlign - 1) / kWorkspaceRowAlign * kWorkspaceRowAlign;
+BackwardPlan plan_backward(const AttnBackwardParams& p) {
+  BackwardPlan b;
+  b.bucket = cuda::bwd_bucket(static_cast<int>(std::max(p.dim, p.dim_v)));
+  b.cfg = cuda::bwd_tile_config(b.bucket);
+  const cuda::BwdTileConfig& cfg = b.cfg;
+  b.len_q_padded = (p.len_q + kWorkspaceRowAlign - 1) / kWorkspaceRowAlign * kWorkspaceRowAlign;
   const std::int64_t n_blocks = (p.len_k + cfg.block_n() - 1) / cfg.block_n();
-  const std::int64_t m_blocks = (p.len_q + cfg.block_m - 1) / cfg.block_m;
-  const std::int64_t workspace_rows = p.batch * p.heads_q * len_q_padded;
+  b.m_blocks = (p.len_q + cfg.block_m - 1) / cfg.block_m;
+  b.workspace_rows = p.batch * p.heads_q * b.len_q_padded;
   if (p.len_q > INT_MAX - 256 || p.len_k > INT_MAX - 256 ||
       n_blocks * cfg.chunks() * p.heads_kv * p.batch > INT_MAX ||
-      workspace_rows / kWorkspaceRowAlign > INT_MAX)
+      b.workspace_rows / kWorkspaceRowAlign > INT_MAX)
     throw Error(
         "tileattn: argument 'q': the CUDA backend supports sequence lengths and "
         "batch x heads x blocks below 2^31");
+  static_assert(cuda::sm90_bwd_tile_config(64).block_m >= cuda::bwd_tile_config(64).block_m &&
+                cuda::sm90_bwd_tile_config(128).block_m >= cuda::bwd_tile_config(128).block_m);
+  b.accum_floats = static_cast<std::size_t>(b.workspace_rows) * b.bucket;
+  b.turns = p.deterministic
+                ? static_cast<std::size_t>(p.batch * p.heads_q * b.m_blocks * cfg.chunks())
+                : 0;
+  b.bytes = (b.accum_floats + 2 * static_cast<std::size_t>(b.workspace_rows)) * 4 +
+            b.turns * sizeof(int);
+  return b;
+}
+
+}  // namespace
+
+std::size_t cuda_backward_workspace_bytes(const AttnBackwardParams& p) {
+  return plan_backward(p).bytes;
+}
+
+void cuda_flash_backward(const AttnBackwardParams& p, void* stream, void* given_workspace,
+                         std::size_t given_bytes) {
+  const BackwardPlan plan = plan_backward(p);
+  const int bucket = plan.bucket;
+  const cuda::BwdTileConfig cfg = plan.cfg;
+  const std::int64_t len_q_padded = plan.len_q_padded;
+  const std::int64_t workspace_rows = plan.workspace_rows;
+  if (given_workspace != nullptr && given_bytes < plan.bytes)
+    throw Error("tileattn: argument 'ctx.cuda_workspace': " + std::to_string(given_bytes) +
+                " bytes given, the call needs " + std::to_string(plan.bytes));
+  if (reinterpret_cast<std::uintptr_t>(given_workspace) % 256 != 0)
+    throw Error("tileattn: argument 'ctx.cuda_workspace': must be 256-byte aligned");
 
   cuda::FlashBwdParams k{};
   // The block sizes of the kernel that runs: query blocks (num_m_blocks) and key blocks.
@@ -123,21 +163,14 @@ void cuda_flash_backward(const AttnBackwardParams& p, void* stream) {
   k.heads_kv = static_cast<int>(p.heads_kv);
   k.len_q_padded = static_cast<int>(len_q_padded);
 
-  // Workspace: dQ accumulator, delta, lse * log2(e), and the deterministic mode's turn counters
-  // (one per query block and column chunk of the sm80 kernel; the sm90 kernel's query blocks
-  // are no smaller and it has one chunk).
-  static_assert(cuda::sm90_bwd_tile_config(64).block_m >= cuda::bwd_tile_config(64).block_m &&
-                cuda::sm90_bwd_tile_config(128).block_m >= cuda::bwd_tile_config(128).block_m);
-  const std::size_t accum_floats = static_cast<std::size_t>(workspace_rows) * bucket;
-  const std::size_t turns =
-      p.deterministic ? static_cast<std::size_t>(p.batch * p.heads_q * m_blocks * cfg.chunks())
-                      : 0;
-  const std::size_t bytes = (accum_floats + 2 * static_cast<std::size_t>(workspace_rows)) * 4 +
-                            turns * sizeof(int);
+  const std::size_t accum_floats = plan.accum_floats;
+  const std::size_t turns = plan.turns;
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   DeviceGuard guard(p.device_index);
-  const StreamWorkspace workspace(bytes, p.device_index, cuda_stream);
-  auto* floats = static_cast<float*>(workspace.data());
+  // The library's pool only when the caller gave no workspace (then nothing is allocated).
+  const StreamWorkspace pooled(given_workspace != nullptr ? 0 : plan.bytes, p.device_index,
+                               cuda_stream);
+  auto* floats = static_cast<float*>(given_workspace != nullptr ? given_workspace : pooled.data());
   k.dq_accum = floats;  // zeroed by the prepare kernel
   k.dq_accum_cols = bucket;
   k.delta = floats + accum_floats;

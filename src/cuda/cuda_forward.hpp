@@ -1,6 +1,8 @@
 // CUDA backend entry points, called by attention_forward and attention_backward for device tensors (src/api/attention.cpp).
 #pragma once
 
+#include <cstddef>
+
 #include "api/params.hpp"
 
 namespace tileattn::detail {
@@ -10,8 +12,14 @@ namespace tileattn::detail {
 void cuda_flash_forward(const AttnParams& p, void* stream);
 
 // Enqueues the backward pass (dq, dk, dv) on `stream`. No host synchronisation; its f32
-// workspace (about 4 x B x Hq x Lq x D bytes) comes from a stream-ordered pool that the library
-// keeps per device. Deterministic mode orders dQ's additions (docs/semantics.md).
-void cuda_flash_backward(const AttnBackwardParams& p, void* stream);
+// workspace (about 4 x B x Hq x Lq x D bytes) is `workspace` when given (at least
+// cuda_backward_workspace_bytes(p) bytes, 256-byte aligned), else it comes from a stream-ordered
+// pool that the library keeps per device. Deterministic mode orders dQ's additions
+// (docs/semantics.md).
+void cuda_flash_backward(const AttnBackwardParams& p, void* stream, void* workspace = nullptr,
+                         std::size_t workspace_bytes = 0);
+
+// The workspace bytes cuda_flash_backward needs for `p`.
+std::size_t cuda_backward_workspace_bytes(const AttnBackwardParams& p);
 
 }  // namespace tileattn::detail

@@ -1,0 +1,42 @@
+"""What the drop-ins share: argument preparation and the autograd-enabled call of the op."""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _ops
+
+
+def last_dim_contiguous(x: Tensor) -> Tensor:
+    """tileattn reads any strides but needs the head dimension contiguous."""
+    return x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
+
+
+def draw_rng(dropout_p: float) -> Optional[Tensor]:
+    """[seed, offset] for a call with dropout, drawn from PyTorch's CPU generator."""
+    if dropout_p <= 0.0:
+        return None
+    return torch.randint(-(1 << 63), (1 << 63) - 1, (2,), dtype=torch.int64)
+
+
+def refuse_grad(argument: str, x: Optional[Tensor]):
+    if x is not None and x.requires_grad and torch.is_grad_enabled():
+        raise NotImplementedError(
+            f"tileattn: argument '{argument}': gradients with respect to it are not supported "
+            f"(pass it detached)")
+
+
+def run(q: Tensor, k: Tensor, v: Tensor, *, mask=None, key_lengths=None, alibi_slopes=None,
+        causal=False, top_left=False, window=(-1, -1), scale=None, softcap=0.0, dropout_p=0.0,
+        rng=None, bhsd=False, deterministic=False):
+    """(out, lse) through tileattn::attention_forward, differentiable in q, k and v."""
+    refuse_grad("mask", mask)
+    refuse_grad("alibi_slopes", alibi_slopes)
+    if rng is None:
+        rng = draw_rng(dropout_p)
+    return _ops.attention_forward(
+        last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v), mask,
+        key_lengths, alibi_slopes, bool(causal), bool(top_left), int(window[0]), int(window[1]),
+        None if scale is None else float(scale), float(softcap), float(dropout_p), rng,
+        bool(bhsd), bool(deterministic))

@@ -1,0 +1,127 @@
+"""The PyTorch custom operators ``tileattn::attention_forward`` / ``tileattn::attention_backward``.
+
+Registered with ``torch.library.custom_op`` (opaque to ``torch.compile``, which traces them
+through their fake implementations), with autograd through ``register_autograd`` calling the
+library's backward. Every output, and the CUDA backward's workspace, comes from PyTorch's
+allocator (``torch.empty``); the calls run on PyTorch's current CUDA stream and never
+synchronise with the host, so they can be captured in a CUDA graph.
+
+Dropout: ``rng`` is a CPU int64 tensor ``[seed, offset]`` (the uint64 values as two's
+complement), drawn by the callers from PyTorch's CPU generator with ``torch.randint`` (traced by
+``torch.compile`` like any random op; under CUDA graph capture the draw is captured once, so
+every replay drops the same elements). The keep decision is the library's (docs/semantics.md).
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .. import _tileattn
+
+_U64 = 1 << 64
+
+
+def _rng_values(rng: Optional[Tensor]):
+    if rng is None:
+        return 0, 0
+    seed, offset = rng.tolist()
+    return seed % _U64, offset % _U64
+
+
+def _stream(t: Tensor) -> int:
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+
+
+def _lse_shape(q: Tensor, bhsd: bool):
+    b, s1, s2, _ = q.shape
+    return (b, s1, s2) if bhsd else (b, s2, s1)
+
+
+def _out_shape(q: Tensor, v: Tensor):
+    return (*q.shape[:3], v.shape[3])
+
+
+@torch.library.custom_op("tileattn::attention_forward", mutates_args=())
+def attention_forward(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
+                      key_lengths: Optional[Tensor], alibi_slopes: Optional[Tensor],
+                      causal: bool, top_left: bool, window_left: int, window_right: int,
+                      scale: Optional[float], softcap: float, dropout_p: float,
+                      rng: Optional[Tensor], bhsd: bool,
+                      deterministic: bool) -> tuple[Tensor, Tensor]:
+    """out [q's layout, Dv] and lse f32 [B, Hq, Lq] (tileattn::attention_forward).
+
+    ``deterministic`` is the backward's (bitwise reproducible gradients); the forward is
+    always deterministic.
+    """
+    out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
+    lse = torch.empty(_lse_shape(q, bhsd), dtype=torch.float32, device=q.device)
+    seed, offset = _rng_values(rng)
+    _tileattn.forward(q, k, v, out, lse, mask, key_lengths, alibi_slopes, causal, int(top_left),
+                      window_left, window_right, scale, softcap, dropout_p, seed, offset, bhsd,
+                      0, 0, 255, _stream(q))
+    return out, lse
+
+
+@attention_forward.register_fake
+def _(q, k, v, mask, key_lengths, alibi_slopes, causal, top_left, window_left, window_right,
+      scale, softcap, dropout_p, rng, bhsd, deterministic):
+    out = q.new_empty(_out_shape(q, v))
+    lse = q.new_empty(_lse_shape(q, bhsd), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("tileattn::attention_backward", mutates_args=())
+def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                       mask: Optional[Tensor], key_lengths: Optional[Tensor],
+                       alibi_slopes: Optional[Tensor], causal: bool, top_left: bool,
+                       window_left: int, window_right: int, scale: Optional[float],
+                       softcap: float, dropout_p: float, rng: Optional[Tensor], bhsd: bool,
+                       deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) shaped like q, k, v (tileattn::attention_backward)."""
+    if dout.stride(-1) != 1:  # e.g. the expanded gradient of a sum()
+        dout = dout.contiguous()
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    seed, offset = _rng_values(rng)
+    workspace = None
+    if q.is_cuda:
+        device = q.device
+        workspace = lambda nbytes: torch.empty(((nbytes + 3) // 4,), dtype=torch.float32,
+                                               device=device)
+    _tileattn.backward(dout, q, k, v, out, lse, dq, dk, dv, mask, key_lengths, alibi_slopes,
+                       causal, int(top_left), window_left, window_right, scale, softcap,
+                       dropout_p, seed, offset, bhsd, deterministic, 0, 0, 255, _stream(q),
+                       workspace)
+    return dq, dk, dv
+
+
+@attention_backward.register_fake
+def _(dout, q, k, v, out, lse, mask, key_lengths, alibi_slopes, causal, top_left, window_left,
+      window_right, scale, softcap, dropout_p, rng, bhsd, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+# Autograd: the forward saves what the library's backward needs (its own out and lse included).
+def _setup_context(ctx, inputs, output):
+    (q, k, v, mask, key_lengths, alibi_slopes, causal, top_left, window_left, window_right,
+     scale, softcap, dropout_p, rng, bhsd, deterministic) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths, alibi_slopes, rng)
+    ctx.options = (causal, top_left, window_left, window_right, scale, softcap, dropout_p)
+    ctx.bhsd = bhsd
+    ctx.deterministic = deterministic or torch.are_deterministic_algorithms_enabled()
+
+
+def _backward(ctx, dout, dlse):
+    q, k, v, out, lse, mask, key_lengths, alibi_slopes, rng = ctx.saved_tensors
+    (causal, top_left, window_left, window_right, scale, softcap, dropout_p) = ctx.options
+    dq, dk, dv = attention_backward(dout, q, k, v, out, lse, mask, key_lengths, alibi_slopes,
+                                    causal, top_left, window_left, window_right, scale, softcap,
+                                    dropout_p, rng, ctx.bhsd, ctx.deterministic)
+    # No gradient flows to lse (as in FlashAttention), the mask, the key lengths or the slopes;
+    # the drop-ins refuse a mask or slopes that require grad.
+    return (dq, dk, dv) + (None,) * 13
+
+attention_forward.register_autograd(_backward, setup_context=_setup_context)
