@@ -96,7 +96,8 @@ void backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::han
               nb::handle workspace, const Options& o) {
   const ArrayView vdout = view_of(dout, "dout");
   const ArrayView vq = view_of(q, "q"), vk = view_of(k, "k"), vv = view_of(v, "v");
-  const ArrayView vout = view_of(out, "out"), vlse = view_of(lse, "lse");
+  // lse is required: left out, the library names it ("is required by attention_backward").
+  const ArrayView vout = view_of(out, "out"), vlse = optional_view_of(lse, "lse");
   const ArrayView vdq = view_of(dq, "dq", Access::write);
   const ArrayView vdk = view_of(dk, "dk", Access::write);
   const ArrayView vdv = view_of(dv, "dv", Access::write);
@@ -183,7 +184,7 @@ void register_attention_calls(nb::module_& m) {
                  make_options(causal, alignment, window_left, window_right, scale, softcap,
                               dropout_p, seed, offset, bhsd, backend, threads, cpu_isa, stream));
       },
-      "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, "mask"_a.none(),
+      "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "dq"_a, "dk"_a, "dv"_a, "mask"_a.none(),
       "key_lengths"_a.none(), "alibi_slopes"_a.none(), "causal"_a, "alignment"_a,
       "window_left"_a, "window_right"_a, "scale"_a.none(), "softcap"_a, "dropout_p"_a, "seed"_a,
       "offset"_a, "bhsd"_a, "deterministic"_a, "backend"_a, "threads"_a, "cpu_isa"_a, "stream"_a,

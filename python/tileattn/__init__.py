@@ -10,7 +10,8 @@ with autograd and drop-ins for ``scaled_dot_product_attention``, FlashAttention'
 from ._tileattn import Error, __version__, build_info, build_report
 
 Error.__module__ = "tileattn"
+from . import dropout
 from ._api import attention, attention_backward
 
-__all__ = ["Error", "__version__", "attention", "attention_backward", "build_info",
+__all__ = ["Error", "__version__", "attention", "attention_backward", "build_info", "dropout",
            "build_report"]
