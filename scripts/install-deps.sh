@@ -2,9 +2,11 @@
 # Installs the Debian 12 packages that building and testing tileattn needs (idempotent).
 set -euo pipefail
 # clang, its libFuzzer/sanitizer runtimes (libclang-rt-14-dev) and its OpenMP (libomp-dev):
-# the fuzz preset, which CI builds (docs/fuzzing.md).
+# the fuzz preset, which CI builds (docs/fuzzing.md). python3-venv and python3-dev: the Python
+# package's virtualenv and extension build (scripts/python-tests.sh).
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
-          libcli11-dev time clang libclang-rt-14-dev libomp-dev)
+          libcli11-dev time clang libclang-rt-14-dev libomp-dev
+          python3-venv python3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds tileattn and runs every test. This is the README's test command and what CI runs.
-#   scripts/test.sh            CPU build + all tests; the CUDA code is also compiled when nvcc
-#                              is present (its GPU tests skip on a machine without a GPU)
+#   scripts/test.sh            CPU build + all tests, the Python package and its tests
+#                              (scripts/python-tests.sh); the CUDA code is also compiled when
+#                              nvcc is present (its GPU tests skip on a machine without a GPU)
 #   TILEATTN_SANITIZE=1 ...    also builds and runs the tests under ASan + UBSan, then builds the
 #                              libFuzzer targets (clang) and runs each for a bounded time
 #                              (TILEATTN_FUZZ_SECONDS, default 60) on a copy of its corpus
@@ -13,6 +14,9 @@ jobs=$(nproc)
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$jobs"
 ctest --preset default -j "$jobs"
+
+echo "== Python package and tests (CPU)"
+scripts/python-tests.sh
 
 nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 if [ -x "$nvcc_path" ]; then
