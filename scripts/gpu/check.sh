@@ -3,10 +3,12 @@
 # against the CPU reference, compute-sanitizer memcheck + racecheck on the small cases, then the
 # benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
 #
-#   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test sanitize race_repeat
+#   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test python sanitize race_repeat
 #                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80)
 #                                        bwd_parts duel (DUEL_*: tileattn vs cuDNN alternately)
-#                                        (default: build test sanitize bench bench_bwd;
+#                                        (default: build test python sanitize bench bench_bwd;
+#                                        python: pip install . with CUDA, then python/tests,
+#                                        PYTEST_ARGS; log in python.log;
 #                                        bench_bwd: the backward vs PyTorch FA2 and cuDNN;
 #                                        ncu_bwd: Nsight Compute on both backward kernels,
 #                                        D=NCU_BWD_DIM, L=NCU_BWD_LENGTH, NCU_BWD_CAUSAL=0|1
@@ -29,7 +31,7 @@ JOBS=${JOBS:-$(nproc)}
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 OUT=${OUT:-$BUILD/out}
 mkdir -p "$OUT"
-STAGES=${*:-build test sanitize bench bench_bwd}
+STAGES=${*:-build test python sanitize bench bench_bwd}
 export PATH=/usr/local/cuda/bin:$PATH
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -167,6 +169,34 @@ if has_stage test; then
     note "-- ctest -R '$CTEST_REGEX': rc $rc: $(grep -E 'tests passed' "$OUT/test.log" | tail -1)"
     [[ $rc != 0 ]] && status=1
   fi
+fi
+
+if has_stage python; then  # the Python package with the CUDA backend, python/tests on the GPU
+  stage_mark python
+  start=$(date +%s)
+  # The machine's PyTorch (a virtualenv over the system site-packages); the build requirements
+  # it lacks come from the wheels prepare.sh put in .gpu-deps/wheels (no network there).
+  venv=/tmp/tileattn-venv
+  [[ -x $venv/bin/python ]] || python3 -m venv --system-site-packages "$venv"
+  {
+    "$venv/bin/python" -m pip install -q --no-index --find-links "$ROOT/.gpu-deps/wheels" \
+      scikit-build-core nanobind pytest numpy &&
+      "$venv/bin/python" -m pip install -q --no-index --no-build-isolation --no-deps "$ROOT" \
+        -C cmake.define.TILEATTN_CUDA=ON -C build-dir="$BUILD/python"
+  } >"$OUT/python.log" 2>&1
+  rc=$?
+  if [[ $rc != 0 ]]; then
+    note "-- python: package build failed (rc $rc)"; tail -30 "$OUT/python.log" | tee -a "$SUMMARY"
+    status=1
+  else
+    (cd /tmp && timeout 900 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+      "$ROOT/python/tests" ${PYTEST_ARGS:-}) >>"$OUT/python.log" 2>&1
+    rc=$?
+    note "-- python tests: rc $rc: $(tail -1 "$OUT/python.log")"
+    grep -E "^FAILED " "$OUT/python.log" | head -30 | tee -a "$SUMMARY"
+    [[ $rc != 0 ]] && status=1
+  fi
+  note "   ($(($(date +%s) - start)) s)"
 fi
 
 if has_stage sanitize; then
