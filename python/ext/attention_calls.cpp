@@ -67,8 +67,7 @@ struct Extras {
 };
 
 void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
-             nb::handle mask, nb::handle key_lengths, nb::handle alibi_slopes,
-             const Options& o) {
+             nb::handle mask, nb::handle key_lengths, nb::handle alibi_slopes, const Options& o) {
   const ArrayView vq = view_of(q, "q"), vk = view_of(k, "k"), vv = view_of(v, "v");
   const ArrayView vout = view_of(out, "out", Access::write);
   const ArrayView vlse = optional_view_of(lse, "lse", Access::write);
@@ -146,7 +145,7 @@ Options make_options(bool causal, int alignment, std::int64_t window_left,
                      std::int64_t window_right, std::optional<float> scale, float softcap,
                      float dropout_p, std::uint64_t seed, std::uint64_t offset, bool bhsd,
                      int backend, int threads, int cpu_isa, std::uintptr_t stream) {
-  return Options{causal, alignment, window_left, window_right, scale, softcap, dropout_p,
+  return Options{causal, alignment, window_left, window_right, scale,   softcap, dropout_p,
                  seed,   offset,    bhsd,        backend,      threads, cpu_isa, stream};
 }
 
@@ -155,12 +154,11 @@ Options make_options(bool causal, int alignment, std::int64_t window_left,
 void register_attention_calls(nb::module_& m) {
   m.def(
       "forward",
-      [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
-         nb::handle mask, nb::handle key_lengths, nb::handle alibi_slopes, bool causal,
-         int alignment, std::int64_t window_left, std::int64_t window_right,
-         std::optional<float> scale, float softcap, float dropout_p, std::uint64_t seed,
-         std::uint64_t offset, bool bhsd, int backend, int threads, int cpu_isa,
-         std::uintptr_t stream) {
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse, nb::handle mask,
+         nb::handle key_lengths, nb::handle alibi_slopes, bool causal, int alignment,
+         std::int64_t window_left, std::int64_t window_right, std::optional<float> scale,
+         float softcap, float dropout_p, std::uint64_t seed, std::uint64_t offset, bool bhsd,
+         int backend, int threads, int cpu_isa, std::uintptr_t stream) {
         forward(q, k, v, out, lse, mask, key_lengths, alibi_slopes,
                 make_options(causal, alignment, window_left, window_right, scale, softcap,
                              dropout_p, seed, offset, bhsd, backend, threads, cpu_isa, stream));
@@ -172,20 +170,19 @@ void register_attention_calls(nb::module_& m) {
       "tileattn::attention_forward on caller-allocated arrays (see tileattn.attention).");
   m.def(
       "backward",
-      [](nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
-         nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle mask,
-         nb::handle key_lengths, nb::handle alibi_slopes, bool causal, int alignment,
-         std::int64_t window_left, std::int64_t window_right, std::optional<float> scale,
-         float softcap, float dropout_p, std::uint64_t seed, std::uint64_t offset, bool bhsd,
-         bool deterministic, int backend, int threads, int cpu_isa, std::uintptr_t stream,
-         nb::handle workspace) {
+      [](nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+         nb::handle dq, nb::handle dk, nb::handle dv, nb::handle mask, nb::handle key_lengths,
+         nb::handle alibi_slopes, bool causal, int alignment, std::int64_t window_left,
+         std::int64_t window_right, std::optional<float> scale, float softcap, float dropout_p,
+         std::uint64_t seed, std::uint64_t offset, bool bhsd, bool deterministic, int backend,
+         int threads, int cpu_isa, std::uintptr_t stream, nb::handle workspace) {
         backward(dout, q, k, v, out, lse, dq, dk, dv, mask, key_lengths, alibi_slopes,
                  deterministic, workspace,
                  make_options(causal, alignment, window_left, window_right, scale, softcap,
                               dropout_p, seed, offset, bhsd, backend, threads, cpu_isa, stream));
       },
-      "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "dq"_a, "dk"_a, "dv"_a, "mask"_a.none(),
-      "key_lengths"_a.none(), "alibi_slopes"_a.none(), "causal"_a, "alignment"_a,
+      "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "dq"_a, "dk"_a, "dv"_a,
+      "mask"_a.none(), "key_lengths"_a.none(), "alibi_slopes"_a.none(), "causal"_a, "alignment"_a,
       "window_left"_a, "window_right"_a, "scale"_a.none(), "softcap"_a, "dropout_p"_a, "seed"_a,
       "offset"_a, "bhsd"_a, "deterministic"_a, "backend"_a, "threads"_a, "cpu_isa"_a, "stream"_a,
       "workspace"_a.none() = nb::none(),

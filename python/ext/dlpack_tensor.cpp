@@ -48,7 +48,6 @@ DType to_dtype(nb::dlpack::dtype t, const char* name) {
 // empty tensors with a null data pointer). Nothing is ever read from or written to it.
 alignas(64) unsigned char empty_storage[64];
 
-
 template <typename Array>
 Tensor describe(const Array& a, const char* name) {
   Tensor t;
@@ -95,8 +94,7 @@ ArrayView import_array(nb::handle obj, const char* name, const char* what) {
 
 ArrayView view_of(nb::handle obj, const char* name, Access access) {
   if (obj.is_none()) fail(name, "is required, got None");
-  if (access == Access::write)
-    return import_array<nb::ndarray<>>(obj, name, "a writable array");
+  if (access == Access::write) return import_array<nb::ndarray<>>(obj, name, "a writable array");
   return import_array<nb::ndarray<nb::ro>>(obj, name, "an array");
 }
 

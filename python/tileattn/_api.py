@@ -1,7 +1,7 @@
 """tileattn.attention and tileattn.attention_backward over DLPack arrays."""
 
 from . import _tileattn
-from ._arrays import Allocator, default_stream, detach
+from ._arrays import Allocator, default_stream, detach, workspace_allocator
 from ._options import (ALIGNMENTS, BACKENDS, CPU_ISAS, choice, fail, layout_is_bhsd, scale_value,
                        u64, window_pair)
 
@@ -33,7 +33,8 @@ def attention(q, k, v, *, causal=False, alignment="bottom-right", window=(-1, -1
 
     Arrays: anything that supports DLPack (``__dlpack__``) or the buffer protocol — numpy,
     PyTorch, CuPy, JAX — read and written in place, never copied. All on one device (CPU or
-    one CUDA device); another device is refused with ``tileattn.Error``.
+    one CUDA device); another device is refused with ``tileattn.Error``. No autograd here:
+    torch tensors are read as data (``tileattn.torch`` has the differentiable operators).
 
     Args:
         q: ``[B, Lq, Hq, D]`` (layout ``"bshd"``) or ``[B, Hq, Lq, D]`` (``"bhsd"``); f32, f16 or
@@ -123,5 +124,6 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, alignment="bott
         if dv is None:
             dv = alloc.empty(_shape4(v, "v"), name="dv")
     _tileattn.backward(dout, q, k, v, out, lse, dq, dk, dv, detach(mask), detach(key_lengths),
-                       detach(alibi_slopes), deterministic=bool(deterministic), **opts)
+                       detach(alibi_slopes), deterministic=bool(deterministic),
+                       workspace=workspace_allocator(q), **opts)
     return dq, dk, dv

@@ -75,6 +75,17 @@ class Allocator:
                    f"{type(like).__qualname__} ({self.argument}'s type)")
 
 
+def workspace_allocator(x):
+    """For torch CUDA tensors, the CUDA backward's workspace from PyTorch's caching allocator
+    (None: the library's own stream-ordered pool)."""
+    if _torch_tensor(x) and x.is_cuda:
+        import torch
+        device = x.device
+        return lambda nbytes: torch.empty(((nbytes + 3) // 4,), dtype=torch.float32,
+                                          device=device)
+    return None
+
+
 def default_stream(x) -> int:
     """The stream a CUDA call runs on when none is given: the framework's current stream."""
     if dlpack_device(x)[0] != _DLPACK_CUDA:

@@ -1,5 +1,7 @@
 """Names of the C++ enums and checks of the Python-side arguments, shared by every entry point."""
 
+import operator
+
 from ._tileattn import Error
 
 ALIGNMENTS = {"bottom-right": 0, "bottom_right": 0, "top-left": 1, "top_left": 1}
@@ -37,15 +39,14 @@ def window_pair(window):
 
 
 def u64(argument: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _U64:
-        # numpy and torch integer scalars are accepted through __index__
-        try:
-            value = value.__index__()
-        except AttributeError:
-            value = None
-        if value is None or not 0 <= value < _U64:
-            fail(argument, f"must be an integer in [0, 2^64), got {value!r}")
-    return value
+    """An unsigned 64-bit integer (Python, numpy or torch integer scalars)."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or isinstance(value, bool) or not 0 <= number < _U64:
+        fail(argument, f"must be an integer in [0, 2^64), got {value!r}")
+    return number
 
 
 def scale_value(scale):

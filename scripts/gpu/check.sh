@@ -182,7 +182,8 @@ if has_stage python; then  # the Python package with the CUDA backend, python/te
     "$venv/bin/python" -m pip install -q --no-index --find-links "$ROOT/.gpu-deps/wheels" \
       scikit-build-core nanobind pytest numpy &&
       "$venv/bin/python" -m pip install -q --no-index --no-build-isolation --no-deps "$ROOT" \
-        -C cmake.define.TILEATTN_CUDA=ON -C build-dir="$BUILD/python"
+        --config-settings=cmake.define.TILEATTN_CUDA=ON \
+        --config-settings=build-dir="$BUILD/python"
   } >"$OUT/python.log" 2>&1
   rc=$?
   if [[ $rc != 0 ]]; then

@@ -114,8 +114,8 @@ BackwardPlan plan_backward(const AttnBackwardParams& p) {
   b.turns = p.deterministic
                 ? static_cast<std::size_t>(p.batch * p.heads_q * b.m_blocks * cfg.chunks())
                 : 0;
-  b.bytes = (b.accum_floats + 2 * static_cast<std::size_t>(b.workspace_rows)) * 4 +
-            b.turns * sizeof(int);
+  b.bytes =
+      (b.accum_floats + 2 * static_cast<std::size_t>(b.workspace_rows)) * 4 + b.turns * sizeof(int);
   return b;
 }
 
