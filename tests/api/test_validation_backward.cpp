@@ -89,6 +89,24 @@ TEST_F(BackwardValidation, BaselineIsValid) {
     }
 }
 
+// attention_backward_workspace_bytes: 0 for host calls (the CPU backends take no device
+// workspace), and the arguments are validated as attention_backward validates them.
+TEST_F(BackwardValidation, WorkspaceBytes) {
+  TILEATTN_TRACE_SEED();
+  for (const Backend backend : {Backend::automatic, Backend::reference, Backend::cpu})
+    EXPECT_EQ(attention_backward_workspace_bytes(args(), {backend}), 0u);
+  AttentionBackwardArgs a = args();
+  a.lse = Tensor{};
+  expect_argument_error([&] { attention_backward_workspace_bytes(a); }, "lse", "required");
+  a = args();
+  a.dq = k_.view();
+  expect_argument_error([&] { attention_backward_workspace_bytes(a); }, "dq", "");
+  Context ctx;
+  ctx.threads = -1;
+  expect_argument_error([&] { attention_backward_workspace_bytes(args(), ctx); }, "ctx.threads",
+                        "");
+}
+
 // No query rows: dk and dv are zero. No keys: dq is zero.
 TEST_F(BackwardValidation, EmptyLengthsGiveZeroGradients) {
   TILEATTN_TRACE_SEED();
