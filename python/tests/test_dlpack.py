@@ -80,3 +80,21 @@ def test_unsupported_dtypes_and_bool_masks_from_torch():
     got = tileattn.attention(q, q, q, mask=m)
     want = tileattn.attention(q, q, q, causal=True)
     assert torch.allclose(got, want)
+
+
+def test_jax_arrays_where_installed():
+    jnp = pytest.importorskip("jax.numpy")
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 7, 2, 16)).astype(np.float32) for _ in range(3))
+    out, lse = tileattn.attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), causal=True,
+                                  return_lse=True)
+    assert isinstance(out, np.ndarray)  # JAX arrays are immutable: the output is numpy's
+    want, _ = ref_attention(*(torch.from_numpy(x) for x in (q, k, v)), causal=True)
+    assert rel_l2(out, want) < TOL[torch.float32]
+    # bfloat16 JAX arrays are read (DLPack's bfloat16), the output must then be given.
+    qb = jnp.asarray(q).astype(jnp.bfloat16)
+    with pytest.raises(tileattn.Error, match="argument 'out'"):
+        tileattn.attention(qb, qb, qb)
+    target = torch.empty(1, 7, 2, 16)
+    tileattn.attention(qb, qb, qb, out=target)
+    assert torch.isfinite(target).all()
