@@ -47,8 +47,8 @@ inline void qk_micro(const float* q, std::int64_t dim, const float* k_panel, std
     for (int c = 0; c < kQkVecs; ++c) acc[r][c] = zero();
   const float* k = k_panel;
   for (std::int64_t d = 0; d < dim; ++d, k += kPanelK, q += kQkRows) {
-    // Software prefetch 16 steps ahead (L1 cannot hold Q tile + K panel + scores at once):
-    // +5-6% on the f32 forward (docs/perf/cpu.md).
+    // Software prefetch 16 steps ahead: L1 cannot hold Q tile + K panel + scores at once, so
+    // the next steps' K and Q lines are requested before the FMAs need them.
     __builtin_prefetch(k + 16 * kPanelK);
     __builtin_prefetch(k + 16 * kPanelK + 16);
     __builtin_prefetch(q + 16 * kQkRows);

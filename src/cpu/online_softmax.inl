@@ -146,7 +146,7 @@ inline void softmax_rows(const TileJob& job, float multiplier) {
 
   // Folding the multiplier into the exponent's FMA rounds the product differently from the
   // maximum's, by up to half an ulp of the score: beyond ~2^20 that exceeds what exp2 can take
-  // (scores of 1e20 gave Inf). Such blocks are scaled first, with the maximum's own rounding.
+  // (scores of 1e20 would give Inf). Such blocks are scaled first, with the maximum's own rounding.
   // (Rows with nothing visible have base -FLT_MAX, which is excluded.)
   bool huge = false;
   if (multiplier != 1.0f)

@@ -94,8 +94,7 @@ inline VecF reduce_rows(const VecF* v, Op op) {
 // k mod 16 in the low mantissa bits, which pick 2^(j / 16) from a 16-entry table (vpermps);
 // a cubic gives 2^f (Taylor, truncation < 1e-8) and vscalefps multiplies by 2^floor(k / 16).
 // Relative error <= 1.2e-7 on [-126, 0] (the other ISAs' degree-6 polynomial: 2.2e-7), with
-// four FMA-pipe operations instead of eight (10-30% faster alone on Zen 5; not measurable in the
-// kernel: docs/perf/cpu.md, session 19). Exactly 1 at 0; exact 0 below -126 and for -inf (the
+// four FMA-pipe operations instead of eight. Exactly 1 at 0; exact 0 below -126 and for -inf (the
 // zero-masked scalef), so no result is subnormal (no FP assists in P V); NaN stays NaN.
 inline VecF exp2_nonpositive(VecF x) {
   const __mmask16 normal = _mm512_cmp_ps_mask(x.v, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);

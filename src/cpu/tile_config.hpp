@@ -39,7 +39,7 @@ constexpr CpuTileConfig cpu_tile_config(KernelFamily family = KernelFamily::f32)
 // f32 family: rows per Q group = rows of the Q·Kᵀ micro-tile for vectors of `lanes` floats. A
 // micro-tile's broadcasts then come from group·4 contiguous bytes per d (the whole group is
 // group·D·4 bytes) instead of one cache line per d spread over the whole Q tile: with 32 KiB of
-// L1 (Zen 3) the [D][block_q] tile and a K panel did not fit together.
+// L1 (Zen 3) the [D][block_q] tile and a K panel do not fit together.
 constexpr std::int64_t f32_q_group_rows(int lanes) { return lanes == 16 ? 14 : 3; }
 static_assert(cpu_tile_config().block_q % f32_q_group_rows(16) == 0 &&
                   cpu_tile_config().block_q % f32_q_group_rows(8) == 0,
