@@ -90,11 +90,11 @@ Tensor make_tensor(const void* data, DType dtype, std::initializer_list<std::int
   return make_tensor(const_cast<void*>(data), dtype, shape, device, device_index);
 }
 
-Tensor bhsd_as_bshd(Tensor t) {
-  if (t.rank != 4) throw Error("tileattn: bhsd_as_bshd: expected a rank-4 [B, H, L, D] tensor");
-  std::swap(t.shape[1], t.shape[2]);
-  std::swap(t.stride[1], t.stride[2]);
-  return t;
+Tensor bhsd_as_bshd(Tensor bhsd) {
+  if (bhsd.rank != 4) throw Error("tileattn: bhsd_as_bshd: expected a rank-4 [B, H, L, D] tensor");
+  std::swap(bhsd.shape[1], bhsd.shape[2]);
+  std::swap(bhsd.stride[1], bhsd.stride[2]);
+  return bhsd;
 }
 
 namespace {

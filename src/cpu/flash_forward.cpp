@@ -192,7 +192,7 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
   const std::int64_t D = p.dim, Dv = p.dim_v, dvp = plan.geometry.dim_v_padded;
   const std::int64_t valid = packed_keys(p, b, kb, block_k);
   const std::int64_t width = std::max(D, Dv);
-  const std::int64_t esize = size_of(p.dtype);
+  const auto esize = static_cast<std::int64_t>(size_of(p.dtype));
   if (valid > 0) {
     prefetch_rows(k_row(p, b, kb * block_k, kv_head), valid, p.k_stride_l, esize, D * esize);
     prefetch_rows(v_row(p, b, kb * block_k, kv_head), valid, p.v_stride_l, esize, Dv * esize);
@@ -380,7 +380,7 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
   };
   // A query row that is not finite is packed as zeros; run_tile makes it NaN if it sees a key.
   if (plan.family == KernelFamily::f32) {  // groups of q_group rows, each [D][q_group]
-    const std::int64_t esize = size_of(p.dtype);
+    const auto esize = static_cast<std::int64_t>(size_of(p.dtype));
     prefetch_rows(static_cast<const char*>(p.q) + offset(0) * esize, rows, p.q_stride_l, esize,
                   D * esize);
     for (std::int64_t r = 0; r < rows; ++r) {
