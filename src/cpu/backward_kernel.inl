@@ -21,6 +21,7 @@ namespace tileattn::detail::TILEATTN_ISA_NAMESPACE {
 namespace {
 
 #include "cpu/online_softmax.inl"
+// After online_softmax.inl: it uses kLanes and kBlockK.
 #include "cpu/dropout_block.inl"
 
 constexpr std::int64_t kBlockQ = cpu_backward_config().block_q;

@@ -1,6 +1,7 @@
 // The dropout keep/drop decisions of one score block, shared by the f32 forward and backward
-// kernels. Included inside an ISA namespace's anonymous namespace; common/philox.hpp defines the
-// decision (docs/semantics.md), so every backend drops the same elements.
+// kernels. Included inside an ISA namespace's anonymous namespace, after online_softmax.inl
+// (kLanes, kBlockK); common/philox.hpp defines the decision (docs/semantics.md), so every backend
+// drops the same elements.
 
 #if defined(__AVX512F__)
 // The 32 x 32 -> 64-bit products of 16 lanes by a constant: low and high halves.
