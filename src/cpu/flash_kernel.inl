@@ -122,8 +122,8 @@ void pv_columns(const TileJob& job, const float* v_block, std::int64_t panel0, s
                                      job.row_scale + r0, job.out + r0 * dvp);
   if (r0 < job.rows)
     with_rows<kPvRows - 1>(job.rows - r0, [&]<int R>() {
-      pv_micro<R, Vecs, Rescale>(job.scores + r0 * kBlockK, v, width, dvp, col0,
-                                 job.row_scale + r0, job.out + r0 * dvp);
+      pv_micro<R, Vecs, Rescale>(job.scores + r0 * kBlockK, v, width, dvp, col0, job.row_scale + r0,
+                                 job.out + r0 * dvp);
     });
 }
 
@@ -171,5 +171,7 @@ void attend_tile(const TileJob& job) {
 }  // namespace tileattn::detail::TILEATTN_ISA_NAMESPACE
 
 namespace tileattn::detail {
-TileKernel TILEATTN_KERNEL_GETTER() { return &TILEATTN_ISA_NAMESPACE::attend_tile; }
+TileKernel TILEATTN_KERNEL_GETTER() {
+  return &TILEATTN_ISA_NAMESPACE::attend_tile;
+}
 }  // namespace tileattn::detail
