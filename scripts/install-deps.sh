@@ -2,9 +2,10 @@
 # Installs the Debian 12 packages that building and testing tileattn needs (idempotent).
 set -euo pipefail
 # clang, its libFuzzer/sanitizer runtimes (libclang-rt-14-dev) and its OpenMP (libomp-dev):
-# the fuzz preset, which CI builds (docs/fuzzing.md).
+# the fuzz preset, which CI builds (docs/fuzzing.md). clang-format-14 and clang-tidy-14: the
+# lint stage (scripts/lint.sh), pinned to version 14 because formatting differs between versions.
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
-          libcli11-dev time clang libclang-rt-14-dev libomp-dev)
+          libcli11-dev time clang libclang-rt-14-dev libomp-dev clang-format-14 clang-tidy-14)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
