@@ -60,7 +60,7 @@ stage_mark() { echo "mark,$(date -u +%H:%M:%S),$1" >>/tmp/clock_marks.csv; }
 # Every benchmark (tileattn's and PyTorch's) idles the GPU BENCH_COOLDOWN_MS (default 500) before
 # each shape and, with BENCH_SUSTAIN_MS, runs it that long before timing: the H200 lowers its
 # clock under its 700 W cap depending on the recent power, so shapes must start from the same
-# state (docs/perf/gpu.md, session 9).
+# state (docs/perf/gpu.md, method).
 TIMING=(--cooldown-ms "${BENCH_COOLDOWN_MS:-500}" --sustain-ms "${BENCH_SUSTAIN_MS:-0}")
 note "-- benchmark timing: ${TIMING[*]}"
 
