@@ -36,7 +36,7 @@ def build_shim(build_dir, path):
     subprocess.run(cmd, check=True)
     lib = ctypes.CDLL(path)
     lib.tileattn_f32_call.restype = ctypes.c_int
-    lib.tileattn_f32_call.argtypes = [ctypes.c_int] * 7 + [ctypes.c_void_p] * 11
+    lib.tileattn_f32_call.argtypes = [ctypes.c_int] * 7 + [ctypes.c_void_p] * 10
     return lib
 
 

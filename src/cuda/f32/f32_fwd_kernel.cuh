@@ -166,6 +166,8 @@ __global__ void __launch_bounds__(kThreads)
     gemm_acc<kBM, kD>(acc, p_t, v_s, kBN, ty, tx);
   }
 
+  __syncthreads();  // q_bad is complete even when no key block ran
+
   // Epilogue: O / l, lse = max + log l; NaN for a poisoned row, 0 and -inf for a row whose
   // keys all weigh 0 (none visible, or every score below f32's range).
   char* const out = static_cast<char*>(p.out);
