@@ -80,6 +80,10 @@ if has_stage build; then
       GTEST_ARGS=(-DCMAKE_PREFIX_PATH=/tmp/gtest-install)
     fi
   fi
+  # CLI11 (the command-line tool, BUILD_TOOLS=ON): the carried headers (.gpu-deps/cli11).
+  if [[ -d $ROOT/.gpu-deps/cli11 ]]; then
+    GTEST_ARGS=("-DCMAKE_PREFIX_PATH=/tmp/gtest-install;$ROOT/.gpu-deps/cli11")
+  fi
   start=$(date +%s)
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="80;90a-real" -DTILEATTN_WERROR=ON -DTILEATTN_CUDA_PTXAS_VERBOSE=ON \
@@ -411,7 +415,8 @@ if has_stage f32; then  # f32 storage: accuracy and speed (scripts/gpu/f32_accur
     (cd /tmp/f32-base && patch -R -p1 -s <"$ROOT/$F32_BASE_PATCH" &&
       cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES="80;90a-real" -DTILEATTN_BUILD_TESTS=OFF \
-        -DTILEATTN_BUILD_BENCHMARKS=OFF >/tmp/f32-base.log 2>&1 &&
+        -DTILEATTN_BUILD_BENCHMARKS=OFF -DCMAKE_PREFIX_PATH="$ROOT/.gpu-deps/cli11" \
+        >/tmp/f32-base.log 2>&1 &&
       cmake --build build -j "$JOBS" --target tileattn >>/tmp/f32-base.log 2>&1) &
     base_pid=$!
   fi
