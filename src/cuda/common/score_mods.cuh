@@ -31,6 +31,17 @@ __device__ __forceinline__ std::int64_t mask_row_offset(const FlashFwdParams& p,
   return b * p.mask_stride_b + h * p.mask_stride_h + static_cast<std::int64_t>(i) * p.mask_stride_q;
 }
 
+// Whether key column j is visible to row r (docs/semantics.md: inside the row's range, and a
+// boolean mask that allows it or an additive mask that is not -inf there), whatever its score.
+__device__ __forceinline__ bool general_key_visible(const FlashFwdParams& p,
+                                                    const GeneralScoreRow& r, int j) {
+  if (r.i >= p.len_q || j < r.first || j >= r.last) return false;
+  if (p.mask == nullptr) return true;
+  const std::int64_t at = r.mask_row + j * p.mask_stride_k;
+  return p.mask_additive ? static_cast<const float*>(p.mask)[at] != -INFINITY
+                         : static_cast<const std::uint8_t*>(p.mask)[at] != 0;
+}
+
 // x: the raw score of key column j in row r. softcap_grad receives d(capped score) / d(scaled
 // score) = 1 - tanh^2 (1 without a softcap), the factor the backward pass needs.
 __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
