@@ -43,11 +43,14 @@ __device__ __forceinline__ bool general_key_visible(const FlashFwdParams& p,
 }
 
 // x: the raw score of key column j in row r. softcap_grad receives d(capped score) / d(scaled
-// score) = 1 - tanh^2 (1 without a softcap), the factor the backward pass needs.
+// score) = 1 - tanh^2 (1 without a softcap), the factor the backward pass needs; visible whether
+// the key is visible to the row (a visible score can still be -inf, below -FLT_MAX after ALiBi
+// or an additive mask; the backward tells the two apart).
 __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
                                                     const GeneralScoreRow& r, int j, float x,
-                                                    float& softcap_grad) {
+                                                    float& softcap_grad, bool& visible) {
   softcap_grad = 1.0f;
+  visible = false;
   if (r.i >= p.len_q || j < r.first || j >= r.last) return -INFINITY;
   float mask_add = 0.0f;
   if (p.mask != nullptr) {
@@ -59,6 +62,7 @@ __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
       return -INFINITY;
     }
   }
+  visible = true;
   // A scaled score beyond f32's range (or NaN) poisons the row, softcap or not.
   float score = as_score_or_nan(x * p.scale);
   if (p.softcap > 0.0f) {
@@ -69,6 +73,13 @@ __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
   const int distance = r.distance0 - j;
   score -= r.slope * static_cast<float>(distance < 0 ? -distance : distance);
   return (score + mask_add) * kLog2e;
+}
+
+__device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
+                                                    const GeneralScoreRow& r, int j, float x,
+                                                    float& softcap_grad) {
+  bool unused;
+  return general_score_log2(p, r, j, x, softcap_grad, unused);
 }
 
 __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
