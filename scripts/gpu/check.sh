@@ -323,7 +323,10 @@ if has_stage ab; then
   # baseline: e.g. TILEATTN_SM90_KV_EVICT_LAST=0). Several settings separated by ';' give a side
   # each (env1, env2, ...; env1 also with AB_PATCH); one setting may set several variables.
   start=$(date +%s)
-  rm -rf /tmp/ab-side-* /tmp/ab_*.json
+  # AB_REUSE=1: sides already built by an earlier ab stage of this machine are kept (the same
+  # patches; e.g. a backward A/B after a forward one).
+  [[ ${AB_REUSE:-0} == 1 ]] || rm -rf /tmp/ab-side-*
+  rm -f /tmp/ab_*.json
   ab_ok=1
   read -r -a patches <<<"${AB_PATCH:-}"
   sides=(new) bins=("$BUILD/bench/gpu/tileattn_gpu_bench") settings=("TILEATTN_AB_SIDE=new")
@@ -341,6 +344,10 @@ if has_stage ab; then
   side_ks=()
   for ((k = ${#patches[@]} - 1; k >= 0 && ab_ok == 1; k--)); do
     src=/tmp/ab-side-$k
+    if [[ ${AB_REUSE:-0} == 1 && -x $src-build/bench/gpu/tileattn_gpu_bench ]]; then
+      side_ks+=("$k")
+      continue
+    fi
     mkdir -p "$src"
     if tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C "$src" &&
         (cd "$src" && for ((j = ${#patches[@]} - 1; j >= k; j--)); do
