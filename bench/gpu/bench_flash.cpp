@@ -25,7 +25,8 @@
 
 #include "clock_sampler.hpp"
 #include "common/float_convert.hpp"
-#include "cuda/sm80/flash_fwd_config.hpp"
+#include "cuda/sm80/tile_config.hpp"
+#include "cuda/sm90/tile_config.hpp"
 #include "tileattn/tileattn.hpp"
 
 namespace {

@@ -179,7 +179,7 @@ if has_stage sanitize; then
   start=$(date +%s)
   : >"$OUT/sanitizer.log"
   # SANITIZE_RUNS: tool:DISABLE_SM90 pairs (e.g. "racecheck:0" for an sm90-only change), each
-  # optionally with a setting: tool:DISABLE_SM90:VAR=value (e.g. racecheck:0:TILEATTN_SM90_STORE_WARPS=0).
+  # optionally with an environment setting: tool:DISABLE_SM90:VAR=value.
   for run in ${SANITIZE_RUNS:-memcheck:0 racecheck:0 synccheck:0 memcheck:1 racecheck:1}; do
     IFS=: read -r tool sm80_only setting <<<"$run"
     echo "== $run" >>"$OUT/sanitizer.log"
@@ -224,8 +224,8 @@ if has_stage bench; then
       --lengths "$lengths" --iters "$iters" "${TIMING[@]}" --label tileattn_sm80 \
       --json "$OUT/bench_tileattn_sm80.json" >/tmp/bench_sm80.log 2>&1 || note "-- sm80 bench failed"
   fi
-  # BENCH_VARIANTS="name:VAR=value ...": the same grid under other settings (e.g.
-  # nopp:TILEATTN_SM90_PING_PONG=0), reported as extra tileattn_<name> columns.
+  # BENCH_VARIANTS="name:VAR=value ...": the same grid under other environment settings (e.g.
+  # sm80:TILEATTN_CUDA_DISABLE_SM90=1), reported as extra tileattn_<name> columns.
   variant_files=()
   for variant in ${BENCH_VARIANTS:-}; do
     name=${variant%%:*} setting=${variant#*:}
@@ -320,8 +320,10 @@ if has_stage ab; then
   # AB_PATCH="p1 p2 ..." (tree = baseline + p1 + p2 + ...): one side per prefix, i.e. the
   # baseline, baseline + p1, ..., and the tree itself ("new"); sides are named base, v1, v2, ...
   # AB_ENV="VAR=value": the same binary run under that setting is a side too (alone, the
-  # baseline: e.g. TILEATTN_SM90_KV_EVICT_LAST=0). Several settings separated by ';' give a side
+  # baseline: e.g. TILEATTN_CUDA_DISABLE_SM90=1). Several settings separated by ';' give a side
   # each (env1, env2, ...; env1 also with AB_PATCH); one setting may set several variables.
+  # Kernel choices are fields of the tile tables (src/cuda/sm80/tile_config.hpp,
+  # src/cuda/sm90/tile_config.hpp), not environment switches: A/B them with AB_PATCH.
   start=$(date +%s)
   # AB_REUSE=1: sides already built by an earlier ab stage of this machine are kept (the same
   # patches; e.g. a backward A/B after a forward one).

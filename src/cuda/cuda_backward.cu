@@ -8,13 +8,14 @@
 #include <climits>
 #include <cstdint>
 
+#include "cuda/common/flash_bwd_params.hpp"
 #include "cuda/cuda_forward.hpp"
 #include "cuda/cuda_host.hpp"
 #include "cuda/f32/f32_host.hpp"
 #include "cuda/sm80/flash_bwd_launch.hpp"
-#include "cuda/sm80/flash_bwd_params.hpp"
-#include "cuda/sm80/flash_fwd_config.hpp"
+#include "cuda/sm80/tile_config.hpp"
 #include "cuda/sm90/flash_bwd_sm90_launch.hpp"
+#include "cuda/sm90/tile_config.hpp"
 
 namespace tileattn::detail {
 namespace {

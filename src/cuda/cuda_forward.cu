@@ -8,13 +8,14 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/flash_fwd_params.hpp"
 #include "cuda/cuda_forward.hpp"
 #include "cuda/cuda_host.hpp"
 #include "cuda/f32/f32_host.hpp"
-#include "cuda/sm80/flash_fwd_config.hpp"
 #include "cuda/sm80/flash_fwd_launch.hpp"
-#include "cuda/sm80/flash_fwd_params.hpp"
+#include "cuda/sm80/tile_config.hpp"
 #include "cuda/sm90/flash_fwd_sm90_launch.hpp"
+#include "cuda/sm90/tile_config.hpp"
 
 namespace tileattn::detail {
 namespace {

@@ -1,7 +1,7 @@
 // CUDA backend entry points, called by attention_forward and attention_backward for device tensors (src/api/attention.cpp).
 #pragma once
 
-#include "api/params.hpp"
+#include "common/params.hpp"
 
 namespace tileattn::detail {
 

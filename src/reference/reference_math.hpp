@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "api/params.hpp"
+#include "common/params.hpp"
 
 namespace tileattn::detail {
 

@@ -7,8 +7,8 @@
 #include <limits>
 #include <string>
 
-#include "api/score_mods.hpp"
 #include "api/validate.hpp"
+#include "common/score_mods.hpp"
 
 namespace tileattn::test {
 namespace {

@@ -16,12 +16,12 @@
 #include <cstdint>
 
 #include "cuda/common/elements.cuh"
+#include "cuda/common/flash_fwd_params.hpp"
 #include "cuda/common/tile_coords.cuh"
 #include "cuda/f32/f32_config.hpp"
 #include "cuda/f32/f32_gemm.cuh"
 #include "cuda/f32/f32_scores.cuh"
 #include "cuda/f32/f32_tiles.cuh"
-#include "cuda/sm80/flash_fwd_params.hpp"
 
 namespace tileattn::cuda::f32 {
 

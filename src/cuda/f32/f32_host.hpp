@@ -3,7 +3,7 @@
 // cuda_flash_forward and cuda_flash_backward (src/cuda/cuda_forward.cu, cuda_backward.cu).
 #pragma once
 
-#include "api/params.hpp"
+#include "common/params.hpp"
 
 namespace tileattn::detail {
 

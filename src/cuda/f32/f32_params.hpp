@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "cuda/sm80/flash_bwd_params.hpp"
+#include "cuda/common/flash_bwd_params.hpp"
 
 namespace tileattn::cuda::f32 {
 

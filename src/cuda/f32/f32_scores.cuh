@@ -1,6 +1,6 @@
 // The score pipeline of the f32 kernels, in natural units, with the non-finite rules of
 // docs/semantics.md ("Non-finite values"): which keys a row sees, the modified score of a seen
-// key (scale, softcap, ALiBi, additive mask; the same steps as src/api/score_mods.hpp), and
+// key (scale, softcap, ALiBi, additive mask; the same steps as src/common/score_mods.hpp), and
 // whether that score poisons the row (a scaled dot product beyond f32's range either way, or a
 // modified score that is NaN or +inf). A score below -FLT_MAX is -inf and weighs 0.
 #pragma once
@@ -10,9 +10,9 @@
 #include <cstdint>
 
 #include "common/philox.hpp"
+#include "cuda/common/flash_fwd_params.hpp"
 #include "cuda/common/score_mods.cuh"
 #include "cuda/common/tile_coords.cuh"
-#include "cuda/sm80/flash_fwd_params.hpp"
 
 namespace tileattn::cuda::f32 {
 

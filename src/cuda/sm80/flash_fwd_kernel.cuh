@@ -16,13 +16,13 @@
 #include <cstdint>
 
 #include "cuda/common/elements.cuh"
+#include "cuda/common/flash_fwd_params.hpp"
 #include "cuda/common/launch.cuh"
 #include "cuda/common/poison.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/score_mods.cuh"
 #include "cuda/common/tile_coords.cuh"
-#include "cuda/sm80/flash_fwd_config.hpp"
-#include "cuda/sm80/flash_fwd_params.hpp"
+#include "cuda/sm80/tile_config.hpp"
 #include "cuda/sm80/tile_io.cuh"
 
 namespace tileattn::cuda {
