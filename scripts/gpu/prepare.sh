@@ -9,4 +9,9 @@ scripts/install-deps.sh
 rm -rf .gpu-deps/googletest
 mkdir -p .gpu-deps
 cp -r /usr/src/googletest .gpu-deps/googletest
+# CLI11 (header-only) for the command-line tool (check.sh with BUILD_TOOLS=ON).
+rm -rf .gpu-deps/cli11
+mkdir -p .gpu-deps/cli11/include .gpu-deps/cli11/share/cmake
+cp -r /usr/include/CLI .gpu-deps/cli11/include/
+cp -r /usr/share/cmake/CLI11 .gpu-deps/cli11/share/cmake/
 echo "prepared .gpu-deps/googletest ($(du -sh .gpu-deps | cut -f1))"

@@ -137,7 +137,7 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
 #if defined(TILEATTN_WITH_CUDA)
     if (p.device != Device::cuda)
       throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
-    detail::cuda_flash_forward(p, ctx.cuda_stream);
+    detail::cuda_flash_forward(p, ctx.cuda_stream, ctx.cuda_f32_via_bf16);
     return;
 #else
     throw Error(
@@ -164,7 +164,7 @@ void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
 #if defined(TILEATTN_WITH_CUDA)
     if (p.device != Device::cuda)
       throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
-    detail::cuda_flash_backward(p, ctx.cuda_stream);
+    detail::cuda_flash_backward(p, ctx.cuda_stream, ctx.cuda_f32_via_bf16);
     return;
 #else
     throw Error(

@@ -11,6 +11,7 @@
 #include "cuda/common/flash_bwd_params.hpp"
 #include "cuda/cuda_forward.hpp"
 #include "cuda/cuda_host.hpp"
+#include "cuda/f32/f32_host.hpp"
 #include "cuda/sm80/flash_bwd_launch.hpp"
 #include "cuda/sm80/tile_config.hpp"
 #include "cuda/sm90/flash_bwd_sm90_launch.hpp"
@@ -84,7 +85,8 @@ cudaError_t launch_sm90(int bucket, DType dtype, const cuda::FlashBwdParams& k,
 
 }  // namespace
 
-void cuda_flash_backward(const AttnBackwardParams& p, void* stream) {
+void cuda_flash_backward(const AttnBackwardParams& p, void* stream, bool f32_via_bf16) {
+  if (p.dtype == DType::f32 && !f32_via_bf16) return cuda_f32_backward(p, stream);
   const int bucket = cuda::bwd_bucket(static_cast<int>(std::max(p.dim, p.dim_v)));
   const cuda::BwdTileConfig cfg = cuda::bwd_tile_config(bucket);
   const std::int64_t len_q_padded =

@@ -7,11 +7,13 @@ namespace tileattn::detail {
 
 // Enqueues the forward pass on `stream` (a cudaStream_t; nullptr = the default stream). No host
 // synchronisation, no allocation. CUDA failures are thrown as tileattn::Error with CUDA's message.
-void cuda_flash_forward(const AttnParams& p, void* stream);
+// f32 storage runs the f32 kernels (src/cuda/f32/) unless f32_via_bf16 (Context::cuda_f32_via_bf16)
+// asks for the bf16 tensor-core kernels.
+void cuda_flash_forward(const AttnParams& p, void* stream, bool f32_via_bf16 = false);
 
 // Enqueues the backward pass (dq, dk, dv) on `stream`. No host synchronisation; its f32
 // workspace (about 4 x B x Hq x Lq x D bytes) comes from a stream-ordered pool that the library
 // keeps per device. Deterministic mode orders dQ's additions (docs/semantics.md).
-void cuda_flash_backward(const AttnBackwardParams& p, void* stream);
+void cuda_flash_backward(const AttnBackwardParams& p, void* stream, bool f32_via_bf16 = false);
 
 }  // namespace tileattn::detail
