@@ -106,12 +106,13 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
     }
   }
 
-  // Without score modifications and with 0 < scale log2 e <= 1 the softmax works on the raw
-  // scores: their maximum is taken before scaling and the scale is folded into the exponent's
-  // FFMA, so that making a non-finite score NaN costs one instruction per score and the scaling
-  // none (a finite raw score cannot leave f32's range when scaled by at most 1). Other kernels
-  // and scales work on scaled scores (exp_scale 1).
-  const bool fold_scale = !kGeneral && p.scale_log2 > 0.0f && p.scale_log2 <= 1.0f;
+  // Without score modifications and with 0 < scale log2 e <= 1 the softmax can work on the raw
+  // scores (cfg.fold_scale): their maximum is taken before scaling and the scale is folded into
+  // the exponent's FFMA, so that making a non-finite score NaN costs one instruction per score
+  // and the scaling none (a finite raw score cannot leave f32's range when scaled by at most 1).
+  // Other kernels and scales work on scaled scores (exp_scale 1).
+  const bool fold_scale =
+      cfg.fold_scale && !kGeneral && p.scale_log2 > 0.0f && p.scale_log2 <= 1.0f;
   const float exp_scale = fold_scale ? p.scale_log2 : 1.0f;
 
   // Per-lane ldmatrix source rows/chunks (see ptx.cuh for the fragment layouts).
