@@ -64,11 +64,11 @@ __global__ void __launch_bounds__(kThreads)
                  p.v_stride_l, keys, p.dim_v, ElemType::f32},
       k_bad);
 
-  float acc_dk[TK][TO], acc_dv[TK][TO];
+  float acc_dk[TK][TO], acc_dv[TK][TO], comp_dk[TK][TO], comp_dv[TK][TO];
 #pragma unroll
   for (int a = 0; a < TK; ++a)
 #pragma unroll
-    for (int o = 0; o < TO; ++o) acc_dk[a][o] = acc_dv[a][o] = 0.0f;
+    for (int o = 0; o < TO; ++o) acc_dk[a][o] = acc_dv[a][o] = comp_dk[a][o] = comp_dv[a][o] = 0.0f;
   const int dim4 = (p.dim + 3) & ~3, dim_v4 = (p.dim_v + 3) & ~3;
   const std::int64_t do_esize = p.dout_type == ElemType::f32 ? 4 : 2;
   const int m_blocks = (p.len_q + kBM - 1) / kBM;
@@ -144,8 +144,8 @@ __global__ void __launch_bounds__(kThreads)
       store_transposed_a<kBN, kBM>(p_s, st, ty, tx);
       store_transposed_a<kBN, kBM>(ds_s, dpt, ty, tx);
       __syncthreads();
-      gemm_acc<kBN, kD>(acc_dv, p_s, do_s, rows_in, ty, tx);
-      gemm_acc<kBN, kD>(acc_dk, ds_s, q_s, rows_in, ty, tx);
+      gemm_acc_compensated<kBN, kD>(acc_dv, comp_dv, p_s, do_s, rows_in, ty, tx);
+      gemm_acc_compensated<kBN, kD>(acc_dk, comp_dk, ds_s, q_s, rows_in, ty, tx);
     }
   }
 

@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreads)
 
   const std::int64_t row0 = (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q;
   ScoreRow rows[TM];
-  float lse[TM], delta[TM], acc[TM][TQ];
+  float lse[TM], delta[TM], acc[TM][TQ], comp[TM][TQ];
   bool absent[TM], late[TM];
 #pragma unroll
   for (int a = 0; a < TM; ++a) {
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kThreads)
     absent[a] = !in_range || p.row_flags[row0 + rows[a].i] != 0 || lse[a] == -INFINITY;
     late[a] = false;
 #pragma unroll
-    for (int o = 0; o < TQ; ++o) acc[a][o] = 0.0f;
+    for (int o = 0; o < TQ; ++o) acc[a][o] = comp[a][o] = 0.0f;
   }
   const int dim4 = (p.dim + 3) & ~3, dim_v4 = (p.dim_v + 3) & ~3;
 
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads)
     store_transposed_a<kBM, kBN>(ds_t, s, ty, tx);
     __syncthreads();
     if (tid < kBN) k_bad[tid] = 0;
-    gemm_acc<kBM, kD>(acc, ds_t, k_s, kBN, ty, tx);
+    gemm_acc_compensated<kBM, kD>(acc, comp, ds_t, k_s, kBN, ty, tx);
   }
 
   const std::int64_t dq_esize = p.dq_type == ElemType::f32 ? 4 : 2;

@@ -59,6 +59,32 @@ __device__ __forceinline__ void gemm_acc(float (&acc)[TM][TN], const float* a_ti
   }
 }
 
+// acc += A^T B for a gradient that sums over many steps (dK, dV over query blocks, dQ over key
+// blocks): the step's product is formed apart and added with Kahan's compensation (comp holds
+// the low-order part lost so far). Added one term at a time, a sum over L rows whose first
+// terms are large (a causal dV: the early keys' rows) grows a rounding error of about sqrt(L)
+// ulps; the step's own sum keeps k_count terms, the running one stays within a few ulps.
+template <int M, int N, int TM, int TN>
+__device__ __forceinline__ void gemm_acc_compensated(float (&acc)[TM][TN], float (&comp)[TM][TN],
+                                                     const float* a_tile, const float* b_tile,
+                                                     int k_count, int ty, int tx) {
+  float part[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) part[i][j] = 0.0f;
+  gemm_acc<M, N>(part, a_tile, b_tile, k_count, ty, tx);
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const float y = part[i][j] - comp[i][j];
+      const float t = acc[i][j] + y;
+      comp[i][j] = (t - acc[i][j]) - y;
+      acc[i][j] = t;
+    }
+}
+
 // Writes a thread's piece of an M x N result, transposed, as the A operand [N][M] of a later
 // product: element (m, n) to dst[n * M + (m ^ swizzle(n))].
 template <int M, int N, int TM, int TN>
