@@ -426,7 +426,7 @@ if has_stage f32; then  # f32 storage: accuracy and speed (scripts/gpu/f32_accur
         -DCMAKE_CUDA_ARCHITECTURES="80;90a-real" -DTILEATTN_BUILD_TESTS=OFF \
         -DTILEATTN_BUILD_BENCHMARKS=OFF -DCMAKE_PREFIX_PATH="$ROOT/.gpu-deps/cli11" \
         >/tmp/f32-base.log 2>&1 &&
-      cmake --build build -j "$JOBS" --target tileattn >>/tmp/f32-base.log 2>&1) &
+      cmake --build build -j "$JOBS" --target tileattn_cli >>/tmp/f32-base.log 2>&1) &
     base_pid=$!
   fi
   python3 scripts/gpu/f32_accuracy.py --build "$BUILD" --dims "${F32_DIMS:-64,128}" \
@@ -443,9 +443,14 @@ if has_stage f32; then  # f32 storage: accuracy and speed (scripts/gpu/f32_accur
                      --causal "$causal" --backward --iters 20 --warmup 5 --seed 1 --json)
               b=$(/tmp/f32-base/build/tools/tileattn bench "${shape[@]}")
               n=$("$BUILD/tools/tileattn" bench "${shape[@]}" --f32-via-bf16)
-              python3 -c 'import json,sys; b,n=(json.loads(x) for x in sys.argv[1:3])
-print(f"   round {sys.argv[3]} D {b[\"dim\"]} L {b[\"lq\"]} causal {b[\"causal\"]}: fwd base {b[\"flash_median_s\"]*1e3:.3f} new {n[\"flash_median_s\"]*1e3:.3f} ms (new/base {n[\"flash_median_s\"]/b[\"flash_median_s\"]:.3f}); bwd base {b[\"backward_median_s\"]*1e3:.3f} new {n[\"backward_median_s\"]*1e3:.3f} ms (new/base {n[\"backward_median_s\"]/b[\"backward_median_s\"]:.3f})")' \
-                "$b" "$n" "$round" | tee -a "$SUMMARY"
+              python3 - "$b" "$n" "$round" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+b, n = (json.loads(x) for x in sys.argv[1:3])
+f, w = "flash_median_s", "backward_median_s"
+print(f"   round {sys.argv[3]} D {b['dim']} L {b['lq']} causal {b['causal']}: "
+      f"fwd base {b[f] * 1e3:.3f} new {n[f] * 1e3:.3f} ms (new/base {n[f] / b[f]:.3f}); "
+      f"bwd base {b[w] * 1e3:.3f} new {n[w] * 1e3:.3f} ms (new/base {n[w] / b[w]:.3f})")
+PY
             done
           done
         done
