@@ -2,8 +2,7 @@
 // share them):
 //   flash_bwd_prepare     per workspace row (b, h, i): delta = rowsum(dO o O) and lse * log2(e)
 //                         (+inf for a row with no visible key, so that its recomputed
-//                         probabilities are 0; rows i >= len_q: delta 0, +inf; NaN for a
-//                         poisoned row: workspace_lse_log2); and zeroes
+//                         probabilities are 0; rows i >= len_q: delta 0, +inf); and zeroes
 //                         the row's dq_accum_cols floats of dq_accum (by position: together
 //                         the rows cover the workspace whatever its layout).
 //   flash_bwd_convert_dq  dq = scale * workspace, in dq's dtype and layout.
@@ -49,30 +48,18 @@ __device__ __forceinline__ float to_float(T x) {
     return __bfloat162float(x);
 }
 
-// The workspace row's (b, h, i), and the given lse of a row i < len_q.
+// The workspace row's (b, h, i), and lse * log2(e) of a row i < len_q.
 struct PrepareRow {
   int b, h, i;
   __device__ PrepareRow(const FlashBwdParams& p, std::int64_t row)
       : b(static_cast<int>(row / p.len_q_padded / p.heads_q)),
         h(static_cast<int>(row / p.len_q_padded % p.heads_q)),
         i(static_cast<int>(row % p.len_q_padded)) {}
-  __device__ float lse(const FlashBwdParams& p) const {
-    return p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l];
+  __device__ float lse_log2(const FlashBwdParams& p) const {
+    const float lse = p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l];
+    return lse == -INFINITY ? INFINITY : lse * kLog2e;
   }
 };
-
-// lse * log2(e) for the workspace (rows i >= len_q pass lse = -inf and delta = 0): +inf for a
-// row with no visible key (lse = -inf), whatever its out and dout hold, so that its recomputed
-// probabilities are 0. docs/semantics.md, "Non-finite values": a row that sees a key is
-// poisoned when its lse is NaN or +inf or an element of its out or dout is not finite. Such an
-// element leaves delta = rowsum(dO o O) NaN or Inf (Inf times anything is Inf or NaN, and a sum
-// with a non-finite term is not finite; a finite sum beyond f32's range, which the backward
-// could not use either, counts too). The row gets NaN, so that its recomputed probabilities
-// are NaN wherever it sees a key: its dq, and the dk and dv of every key it sees, are NaN.
-__device__ __forceinline__ float workspace_lse_log2(float lse, float delta) {
-  if (lse == -INFINITY) return INFINITY;
-  return isfinite(delta) && lse < INFINITY ? lse * kLog2e : NAN;
-}
 
 // Any dtypes and strides: one warp per row. dO and O are rounded to the kernel's operand type T
 // first, as dP = dO V^T sees them, so that dP - delta cancels where it should (e.g. one key:
@@ -85,7 +72,7 @@ __global__ void __launch_bounds__(kPrepareRowsPerBlock * 32)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (row >= static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch) return;
   const PrepareRow at(p, row);
-  float delta = 0.0f, lse = -INFINITY;
+  float delta = 0.0f, lse_log2 = INFINITY;
   if (at.i < p.len_q) {
     const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
     const std::int64_t do_esize = p.dout_type == ElemType::f32 ? 4 : 2;
@@ -95,14 +82,14 @@ __global__ void __launch_bounds__(kPrepareRowsPerBlock * 32)
                     (at.b * p.do_stride_b + at.i * p.do_stride_l + at.h * p.do_stride_h) * do_esize;
     for (int c = lane; c < p.dim_v; c += 32)
       delta += rounded<T>(load_elem(o, c, p.out_type)) * rounded<T>(load_elem(d, c, p.dout_type));
-    lse = at.lse(p);
+    lse_log2 = at.lse_log2(p);
   }
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2)
     delta += __shfl_xor_sync(0xffffffffu, delta, offset);
   if (lane == 0) {
     p.delta[row] = delta;
-    p.lse_log2[row] = workspace_lse_log2(lse, delta);
+    p.lse_log2[row] = lse_log2;
   }
   float* accum = p.dq_accum + row * p.dq_accum_cols;
   for (int c = lane; c < p.dq_accum_cols; c += 32) accum[c] = 0.0f;
@@ -118,7 +105,7 @@ __global__ void __launch_bounds__(kAuxThreads)
                            lanes_log2;
   const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
   const bool valid = row < static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch;
-  float delta = 0.0f, lse = -INFINITY;
+  float delta = 0.0f, lse_log2 = INFINITY;
   if (valid) {
     const PrepareRow at(p, row);
     if (at.i < p.len_q) {
@@ -134,7 +121,7 @@ __global__ void __launch_bounds__(kAuxThreads)
 #pragma unroll
         for (int e = 0; e < 8; ++e) delta = fmaf(to_float(oe[e]), to_float(de[e]), delta);
       }
-      lse = at.lse(p);
+      lse_log2 = at.lse_log2(p);
     }
   }
   for (int offset = lanes / 2; offset > 0; offset /= 2)
@@ -142,7 +129,7 @@ __global__ void __launch_bounds__(kAuxThreads)
   if (!valid) return;
   if (lane == 0) {
     p.delta[row] = delta;
-    p.lse_log2[row] = workspace_lse_log2(lse, delta);
+    p.lse_log2[row] = lse_log2;
   }
   // dq_accum_cols is a multiple of 64 (a head-dim bucket): float4 stores.
   float4* accum = reinterpret_cast<float4*>(p.dq_accum + row * p.dq_accum_cols);

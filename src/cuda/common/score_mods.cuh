@@ -31,26 +31,12 @@ __device__ __forceinline__ std::int64_t mask_row_offset(const FlashFwdParams& p,
   return b * p.mask_stride_b + h * p.mask_stride_h + static_cast<std::int64_t>(i) * p.mask_stride_q;
 }
 
-// Whether key column j is visible to row r (docs/semantics.md: inside the row's range, and a
-// boolean mask that allows it or an additive mask that is not -inf there), whatever its score.
-__device__ __forceinline__ bool general_key_visible(const FlashFwdParams& p,
-                                                    const GeneralScoreRow& r, int j) {
-  if (r.i >= p.len_q || j < r.first || j >= r.last) return false;
-  if (p.mask == nullptr) return true;
-  const std::int64_t at = r.mask_row + j * p.mask_stride_k;
-  return p.mask_additive ? static_cast<const float*>(p.mask)[at] != -INFINITY
-                         : static_cast<const std::uint8_t*>(p.mask)[at] != 0;
-}
-
 // x: the raw score of key column j in row r. softcap_grad receives d(capped score) / d(scaled
-// score) = 1 - tanh^2 (1 without a softcap), the factor the backward pass needs; visible whether
-// the key is visible to the row (a visible score can still be -inf, below -FLT_MAX after ALiBi
-// or an additive mask; the backward tells the two apart).
+// score) = 1 - tanh^2 (1 without a softcap), the factor the backward pass needs.
 __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
                                                     const GeneralScoreRow& r, int j, float x,
-                                                    float& softcap_grad, bool& visible) {
+                                                    float& softcap_grad) {
   softcap_grad = 1.0f;
-  visible = false;
   if (r.i >= p.len_q || j < r.first || j >= r.last) return -INFINITY;
   float mask_add = 0.0f;
   if (p.mask != nullptr) {
@@ -62,7 +48,6 @@ __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
       return -INFINITY;
     }
   }
-  visible = true;
   // A scaled score beyond f32's range (or NaN) poisons the row, softcap or not.
   float score = as_score_or_nan(x * p.scale);
   if (p.softcap > 0.0f) {
@@ -73,13 +58,6 @@ __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
   const int distance = r.distance0 - j;
   score -= r.slope * static_cast<float>(distance < 0 ? -distance : distance);
   return (score + mask_add) * kLog2e;
-}
-
-__device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,
-                                                    const GeneralScoreRow& r, int j, float x,
-                                                    float& softcap_grad) {
-  bool unused;
-  return general_score_log2(p, r, j, x, softcap_grad, unused);
 }
 
 __device__ __forceinline__ float general_score_log2(const FlashFwdParams& p,

@@ -1,7 +1,7 @@
 // FlashAttention-2-style backward for sm80+ (mma.sync m16n8k16), three kernels per call:
 //   1. flash_bwd_prepare (cuda/common/bwd_prepare_convert.cuh): per query row, delta =
 //      rowsum(dO o O) and lse * log2(e) (+inf for a row with no visible key, so its recomputed
-//      probabilities are 0; NaN for a poisoned row), into the workspace.
+//      probabilities are 0), into the workspace.
 //   2. flash_bwd_kernel: one CTA per (key block, column chunk, kv head, batch). Each warp owns 16
 //      keys and keeps them in the mma's M dimension: S^T = K Q^T, P^T = 2^(S^T log2e scale - lse),
 //      dV += P^T dO, dP^T = V dO^T, dS^T = P^T o (dP^T - delta), dK += dS^T Q. P^T and dS^T are C
@@ -10,10 +10,6 @@
 //      GQA: the CTA visits every query head of its kv head, so dK and dV sum in registers.
 //   3. flash_bwd_convert_dq (the same file): dq = scale * workspace, in dq's dtype and layout.
 // The scale is applied once: dK at the end of kernel 2, dQ in kernel 3.
-// Non-finite inputs (docs/semantics.md): a poisoned row's NaN lse makes its P NaN where it sees
-// a key; the steps where some row cannot see some key ("edge" steps) zero the non-finite
-// elements of K, Q and dO in shared memory and select P = 0 and dS = 0 where nothing is seen
-// (cuda/common/poison.cuh). Steps where every row sees every key run as before.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,7 +27,6 @@
 #include "cuda/common/elements.cuh"
 #include "cuda/common/flash_bwd_params.hpp"
 #include "cuda/common/launch.cuh"
-#include "cuda/common/poison.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/score_mods.cuh"
 #include "cuda/common/tile_coords.cuh"
@@ -123,14 +118,14 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
       qdo_copy.copy(smem_address(q_s), reinterpret_cast<const T*>(q_src), p.q_stride_l, rows,
                     p.dim);
     else
-      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads, true>(q_s, q_src, p.q_stride_l, rows,
-                                                                   p.dim, p.in_type);
+      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads>(q_s, q_src, p.q_stride_l, rows,
+                                                             p.dim, p.in_type);
     if (p.dout_vector_loads)
       qdo_copy.copy(smem_address(do_s), reinterpret_cast<const T*>(do_src), p.do_stride_l, rows,
                     p.dim_v);
     else
-      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads, true>(do_s, do_src, p.do_stride_l,
-                                                                   rows, p.dim_v, p.dout_type);
+      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads>(do_s, do_src, p.do_stride_l, rows,
+                                                             p.dim_v, p.dout_type);
     if (tid < kStatsCopies) {
       const unsigned which = threadIdx.x / (kBlockM / 4), c = threadIdx.x % (kBlockM / 4) * 4;
       const std::int64_t stats_row =
@@ -161,21 +156,6 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
                                        KeyRowVisibility(p, n0 + key_row0 + 8, klen, diagonal)};
   const LaneColumnMask<kQTiles> seen_mask[2] = {LaneColumnMask<kQTiles>(seen_by[0]),
                                                 LaneColumnMask<kQTiles>(seen_by[1])};
-  // The queries that see every key of the block: whole_from .. whole_to (the last key's first
-  // query, the first key's last; visibility ranges grow with the key), all below len_q, none if
-  // the block passes the key length. A step whose queries lie outside, and every step under a
-  // mask, is an edge step: some of its rows cannot see some of its keys (poison.cuh).
-  const int whole_from = KeyRowVisibility(p, n0 + kBlockN - 1, klen, diagonal).lo;
-  const int whole_to = KeyRowVisibility(p, n0, klen, diagonal).hi;
-  const bool every_step_edge = kGeneral && p.mask != nullptr;
-  // Edge steps multiply K with dS = 0 where a row cannot see the key: its non-finite elements
-  // are zeroed once for the loop. (A row that sees such a key has a NaN lse: its P, dS and
-  // gradients are NaN whatever K holds.)
-  if (n_iters > 0 && (every_step_edge || m0_begin < whole_from || m0_end - 1 > whole_to)) {
-    cp_async_wait<0>();
-    __syncthreads();  // K landed (the loop's first barrier orders the zeros before its reads)
-    clear_nonfinite_tile<T, kBlockN * kDim / 8, kThreads>(k_tile);
-  }
   // ldmatrix lanes: A of a warp's 16 key rows (K, V); B from (query, d) tiles, plain (Q, dO as
   // the n operand) or transposed (Q, dO, K as the k operand); A transposed from dS^T.
   const int a_row = warp * 16 + mat_row + (mat & 1) * 8, a_chunk = mat >> 1;
@@ -202,15 +182,6 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   Step step = first_step;
   for (int it = 0; it < n_iters; ++it, step = step_after(step)) {
     cp_async_wait<0>();
-    // In an edge step Q and dO meet P = 0 and dS = 0 where a row cannot see a key: each thread
-    // zeroes the non-finite elements of the chunks it copied (the element loader zeroed its own).
-    const bool edge = every_step_edge || step.m0 < whole_from || step.m0 + kBlockM - 1 > whole_to;
-    if (edge) {
-      const QdoCopy own(threadIdx.x);
-      T* const q_own = qdo_tiles + (it & 1) * 2 * kBlockM * kPitch;
-      if (p.vector_loads) clear_own_nonfinite_chunks(own, q_own);
-      if (p.dout_vector_loads) clear_own_nonfinite_chunks(own, q_own + kBlockM * kPitch);
-    }
     __syncthreads();  // step it landed; every warp is done with step it - 1 and with dS^T
     if (it + 1 < n_iters) load_step(step_after(step), (it + 1) & 1);
     cp_async_commit();
@@ -240,8 +211,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
       }
     }
 
-    // P^T = 2^(logit - lse log2 e); masked elements and rows without keys give 0 (by a select:
-    // x - lse is NaN where the row's lse is, a poisoned row).
+    // P^T = 2^(logit - lse log2 e); masked elements and rows without keys give 0.
     [[maybe_unused]] float softcap_grad[kGeneral ? kQTiles : 1][4];
     [[maybe_unused]] std::uint64_t kept = ~0ull;  // dropout: bit nt * 4 + element
     // Fast path: which of this lane's elements its key rows see (every block is masked, interior
@@ -262,7 +232,6 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
         if constexpr (kGeneral) {
           const int j = n0 + key_row0 + 8 * hh;
           float x = -INFINITY;
-          bool visible = false;
           softcap_grad[nt][e] = 1.0f;
           if (seen_by[hh].sees(i)) {
             GeneralScoreRow r;
@@ -272,11 +241,11 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
             r.first = 0;
             r.last = INT_MAX;
             r.distance0 = i + klen - p.len_q;
-            x = general_score_log2(p, r, j, s[nt][e], softcap_grad[nt][e], visible);
+            x = general_score_log2(p, r, j, s[nt][e], softcap_grad[nt][e]);
             if (p.dropout_threshold != 0 && x != -INFINITY && !dropout_keeps(p, b, h, i, j))
               kept &= ~(1ull << (nt * 4 + e));
           }
-          s[nt][e] = visible ? exp2_approx(x - lse) : 0.0f;
+          s[nt][e] = exp2_approx(x - lse);
         } else {
           s[nt][e] = exp2_approx(fmaf(s[nt][e], p.scale_log2, -lse));
           if (!(seen_bits[hh] >> (2 * nt + (e & 1)) & 1u)) s[nt][e] = 0.0f;
@@ -284,8 +253,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
       }
     }
 
-    // dV += P^T dO (kept probabilities scaled by 1 / (1 - p), dropped ones times 0: a poisoned
-    // row's NaN stays NaN, so that the dV of every key it sees is NaN, dropped or not).
+    // dV += P^T dO (dropped probabilities scaled by 1 / (1 - p)).
 #pragma unroll
     for (int ks = 0; ks < kBlockM / 16; ++ks) {
       float pd[2][4];
@@ -296,7 +264,8 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
           pd[n][e] = s[2 * ks + n][e];
           if constexpr (kGeneral) {
             if (p.dropout_threshold != 0)
-              pd[n][e] *= (kept >> ((2 * ks + n) * 4 + e) & 1u) ? p.dropout_keep_scale : 0.0f;
+              pd[n][e] = (kept >> ((2 * ks + n) * 4 + e) & 1u) ? pd[n][e] * p.dropout_keep_scale
+                                                                : 0.0f;
           }
         }
       const std::uint32_t pa[4] = {MmaType<T>::pack(pd[0][0], pd[0][1]),
@@ -332,32 +301,22 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
     }
 
     // dS^T = P^T o (dP^T - delta) (dropout: dP^T of the dropped elements is 0, kept ones scaled;
-    // softcap: times its derivative), into s; also stored to shared memory for dQ. In an edge
-    // step dS is 0 where P is (by a select: dP^T - delta can be NaN or Inf where the row cannot
-    // see the key, from V, an overflowing garbage dot product or a poisoned row's delta; where
-    // it sees it, P is 0 only for a row that is not poisoned, whose dP^T - delta is finite).
-    const auto ds_from_dp = [&](auto edge_step) {
+    // softcap: times its derivative), into s; also stored to shared memory for dQ.
 #pragma unroll
-      for (int nt = 0; nt < kQTiles; ++nt) {
-        const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + nt * 8 + 2 * t);
+    for (int nt = 0; nt < kQTiles; ++nt) {
+      const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + nt * 8 + 2 * t);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float d = dp[nt][e];
-          if constexpr (kGeneral) {
-            if (p.dropout_threshold != 0)
-              d = (kept >> (nt * 4 + e) & 1u) ? d * p.dropout_keep_scale : 0.0f;
-          }
-          float ds = s[nt][e] * (d - ((e & 1) ? delta2.y : delta2.x));
-          if constexpr (kGeneral) ds *= softcap_grad[nt][e];
-          if constexpr (decltype(edge_step)::value) ds = s[nt][e] == 0.0f ? 0.0f : ds;
-          s[nt][e] = ds;
+      for (int e = 0; e < 4; ++e) {
+        float d = dp[nt][e];
+        if constexpr (kGeneral) {
+          if (p.dropout_threshold != 0)
+            d = (kept >> (nt * 4 + e) & 1u) ? d * p.dropout_keep_scale : 0.0f;
         }
+        float ds = s[nt][e] * (d - ((e & 1) ? delta2.y : delta2.x));
+        if constexpr (kGeneral) ds *= softcap_grad[nt][e];
+        s[nt][e] = ds;
       }
-    };
-    if (edge)
-      ds_from_dp(std::true_type{});
-    else
-      ds_from_dp(std::false_type{});
+    }
     {
       // This lane's bytes of column chunk 0 in its key rows of dS^T; chunk nt's are these XOR
       // nt * 16 (the swizzle XORs the chunk index with the row's g, which lies in other bits than

@@ -14,8 +14,6 @@
 // below). Fast path only (no mask, softcap, ALiBi, dropout), and not in deterministic mode. dK
 // and dV leave through shared memory as whole 16-byte row chunks where they are 16-bit
 // (stage_and_store_dk_dv).
-// Non-finite inputs as in the 1-D kernel: the steps that are not whole clean K, Q and dO and
-// select dS = 0 where P is (cuda/common/poison.cuh); whole steps run as before.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -130,14 +128,14 @@ __global__ void __launch_bounds__(256, 1)
       qdo_copy.copy(smem_address(q_s), reinterpret_cast<const T*>(q_src), p.q_stride_l, rows,
                     p.dim);
     else
-      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads, true>(q_s, q_src, p.q_stride_l, rows,
-                                                                   p.dim, p.in_type);
+      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads>(q_s, q_src, p.q_stride_l, rows, p.dim,
+                                                             p.in_type);
     if (p.dout_vector_loads)
       qdo_copy.copy(smem_address(do_s), reinterpret_cast<const T*>(do_src), p.do_stride_l, rows,
                     p.dim_v);
     else
-      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads, true>(do_s, do_src, p.do_stride_l,
-                                                                   rows, p.dim_v, p.dout_type);
+      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads>(do_s, do_src, p.do_stride_l, rows,
+                                                             p.dim_v, p.dout_type);
     if (tid < kStatsCopies) {
       const unsigned which = threadIdx.x / (kBlockM / 4), c = threadIdx.x % (kBlockM / 4) * 4;
       const std::int64_t stats_row =
@@ -228,13 +226,6 @@ __global__ void __launch_bounds__(256, 1)
   // ranges grow with the key), none if the block passes the key length.
   const int whole_from = KeyRowVisibility(p, n0 + kBlockN - 1, klen, diagonal).lo;
   const int whole_to = KeyRowVisibility(p, n0, klen, diagonal).hi;
-  // Steps that are not whole multiply K with dS = 0 where a row cannot see the key: its
-  // non-finite elements are zeroed once for the loop (a row that sees such a key has a NaN lse).
-  if (n_iters > 0 && (m0_begin < whole_from || m0_end - 1 > whole_to)) {
-    cp_async_wait<0>();
-    __syncthreads();  // K landed (the loop's first barrier orders the zeros before its reads)
-    clear_nonfinite_tile<T, kBlockN * kDim / 8, kThreads>(k_tile);
-  }
 
   // ldmatrix lanes: A from [row][k] tiles (K, V; P^T, dS^T), B from [n][k] (Q, dO for S^T,
   // dP^T), B transposed from [k][n] (dO, Q for dV, dK; K for dQ), A transposed from [k][m]
@@ -342,17 +333,6 @@ __global__ void __launch_bounds__(256, 1)
   Step step = first_step;
   const auto step_body = [&](auto masked) {
     cp_async_wait<0>();
-    // Whether some row of the step cannot see some key (at D 64 exactly the masked steps; D 128
-    // masks every step): Q and dO meet P = 0 and dS = 0 there, so each thread zeroes the
-    // non-finite elements of the chunks it copied (the element loader zeroed its own).
-    bool edge = false;
-    if constexpr (masked)
-      edge = kHeadDim != 128 || step.m0 < whole_from || step.m0 + kBlockM - 1 > whole_to;
-    if (edge) {
-      T* const q_own = qdo_tiles + (it & 1) * 2 * kBlockM * kPitch;
-      if (p.vector_loads) clear_own_nonfinite_chunks(lanes, q_own);
-      if (p.dout_vector_loads) clear_own_nonfinite_chunks(lanes, q_own + kBlockM * kPitch);
-    }
     __syncthreads();  // step it landed; every warp is done with step it - 1's tiles
     if (it + 1 < n_iters) load_next((it + 1) & 1);
     cp_async_commit();
@@ -363,8 +343,7 @@ __global__ void __launch_bounds__(256, 1)
     const float* lse_s = row_stats + (it & 1) * 2 * kBlockM;
     const float* delta_s = lse_s + kBlockM;
 
-    // P^T = 2^(S^T scale log2 e - lse), 0 where the key does not see the query (by a select:
-    // x - lse is NaN where the row's lse is, a poisoned row).
+    // P^T = 2^(S^T scale log2 e - lse), 0 where the key does not see the query.
     float pt[2][kSTiles][4];
     gemm_keys_by_queries(pt, k_base, q_base, 0);
     {
@@ -394,36 +373,23 @@ __global__ void __launch_bounds__(256, 1)
     store_keys_by_queries(pt_tile, pt, 0);
 
     // dS^T = P^T o (dP^T - delta), dP^T = V dO^T; in kDsParts parts of this warp's queries.
-    // In an edge step dS is 0 where P is (by a select: dP^T - delta can be NaN or Inf where the
-    // row cannot see the key; where it sees it, P is 0 only for a row that is not poisoned).
 #pragma unroll
     for (int part = 0; part < kDsParts; ++part) {
       constexpr int kN = kSTiles / kDsParts;
       const int n_first = part * kN;
       float ds[2][kN][4];
       gemm_keys_by_queries(ds, v_base, do_base, n_first);
-      const auto ds_from_dp = [&](auto edge_step) {
 #pragma unroll
-        for (int nt = 0; nt < kN; ++nt) {
-          const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + kQueries * wq +
-                                                                 (n_first + nt) * 8 + 2 * t);
+      for (int nt = 0; nt < kN; ++nt) {
+        const float2 delta2 =
+            *reinterpret_cast<const float2*>(delta_s + kQueries * wq + (n_first + nt) * 8 + 2 * t);
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float pe = pt[mt][n_first + nt][e];
-              const float d = pe * (ds[mt][nt][e] - ((e & 1) ? delta2.y : delta2.x));
-              if constexpr (decltype(edge_step)::value)
-                ds[mt][nt][e] = pe == 0.0f ? 0.0f : d;
-              else
-                ds[mt][nt][e] = d;
-            }
-        }
-      };
-      if (edge)
-        ds_from_dp(std::true_type{});
-      else
-        ds_from_dp(std::false_type{});
+          for (int e = 0; e < 4; ++e)
+            ds[mt][nt][e] =
+                pt[mt][n_first + nt][e] * (ds[mt][nt][e] - ((e & 1) ? delta2.y : delta2.x));
+      }
       store_keys_by_queries(ds_tile, ds, n_first);
     }
     __syncthreads();  // P^T and dS^T complete

@@ -7,7 +7,6 @@
 
 #include "cuda/common/elements.cuh"
 #include "cuda/common/flash_fwd_params.hpp"
-#include "cuda/common/poison.cuh"
 #include "cuda/common/ptx.cuh"
 
 namespace tileattn::cuda {
@@ -86,19 +85,15 @@ struct TileCopyLanes {
 
 // The element-wise tile copy (unaligned strides, head dims not a multiple of 8, f32 inputs
 // converted to T): stores synchronously, zero-filling rows >= rows_valid and columns >=
-// cols_valid; kZeroNonfinite: also elements that are not finite in T (the backward's Q and dO,
-// cuda/common/poison.cuh).
-template <typename T, int kRows, int kDim, int kPitch, int kThreads, bool kZeroNonfinite = false>
+// cols_valid.
+template <typename T, int kRows, int kDim, int kPitch, int kThreads>
 __device__ __forceinline__ void load_tile_elements(T* tile, const char* src, std::int64_t stride_l,
                                                    int rows_valid, int cols_valid, ElemType type) {
   for (int idx = static_cast<int>(threadIdx.x); idx < kRows * kDim; idx += kThreads) {
     const int row = idx / kDim, col = idx % kDim;
     float x = 0.0f;
     if (row < rows_valid && col < cols_valid) x = load_elem(src, row * stride_l + col, type);
-    T v = MmaType<T>::from_float(x);
-    if constexpr (kZeroNonfinite)
-      if (nonfinite_element(v)) v = MmaType<T>::from_float(0.0f);
-    tile[swizzled<kPitch>(row, col >> 3) + (col & 7)] = v;
+    tile[swizzled<kPitch>(row, col >> 3) + (col & 7)] = MmaType<T>::from_float(x);
   }
 }
 

@@ -44,7 +44,6 @@
 #include "cuda/common/tile_coords.cuh"
 #include "cuda/sm90/async.cuh"
 #include "cuda/sm90/tile_config.hpp"
-#include "cuda/sm90/v_clean.cuh"
 #include "cuda/sm90/wgmma.cuh"
 
 namespace tileattn::cuda {
@@ -127,11 +126,6 @@ struct Sm90Barriers {
 
   std::uint64_t k_full[kStages], k_empty[kStages];
   std::uint64_t v_full[kStages], v_empty[kStages];
-  // Masked key blocks (v_clean.cuh): V lands on v_relay, the producer warp cleans it and records
-  // the keys whose V row held a non-finite element in v_flags, then arrives on v_full.
-  std::uint64_t v_relay[kStages];
-  std::uint32_t v_flags[kStages][kVFlagWords];
-  std::uint32_t relay_phases;  // bit s: the parity of v_relay[s]'s next phase (producer only)
   // The consumers' next tile (-1: no more tiles), in two words used in turn (by the parity of
   // the hand-over count), so that a word is rewritten only two hand-overs after it was read.
   int tile[2];
@@ -282,12 +276,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     w.n_blocks = end > w.n_block_begin ? end - w.n_block_begin : 0;
     return w;
   };
-  // Whether some row of the tile cannot see some key of key block n_block: its V is cleaned
-  // (v_clean.cuh). The fast kernels' band edges; every block of the general kernels under a mask.
-  auto masked_block = [&](const TileWork& w, int n_block) {
-    const int n0 = n_block * kBlockN;
-    return (kGeneral && p.mask != nullptr) || n0 < w.first_bottom || n0 + kBlockN > w.last_top;
-  };
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -303,7 +291,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       mbarrier_init(&bars.v_full[s], 1);
       mbarrier_init(&bars.k_empty[s], kConsumerWarps);
       mbarrier_init(&bars.v_empty[s], kConsumerWarps);
-      mbarrier_init(&bars.v_relay[s], 1);
     }
     fence_barrier_init();
   }
@@ -341,7 +328,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     // V. With two Q buffers the buffer is free already (the consumers released it a tile ago):
     // the tile index and Q go first, so Q arrives while the consumers finish the previous tile.
     int kv_it = 0, q_pass = 0;
-    if (leader) bars.relay_phases = 0;
     for (int tile = static_cast<int>(blockIdx.x);; ++q_pass) {
       const bool valid = tile < params.num_tiles;
       const TileWork w = tile_work(valid ? tile : 0);
@@ -359,14 +345,12 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       };
       auto load_v = [&](int i) {
         const int it = kv_it + i, slot = it % kStages;
-        std::uint64_t* const full =
-            masked_block(w, w.n_block_begin + i) ? &bars.v_relay[slot] : &bars.v_full[slot];
         mbarrier_wait(&bars.v_empty[slot], ((it / kStages) & 1) ^ 1);
-        mbarrier_arrive_expect_tx(full, kKvBytes);
+        mbarrier_arrive_expect_tx(&bars.v_full[slot], kKvBytes);
         T* dst = v_tiles + slot * kBlockN * kDim;
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb)
-          tma_load_4d(dst + cb * kBlockN * 64, &params.v_map, full, cb * 64,
+          tma_load_4d(dst + cb * kBlockN * 64, &params.v_map, &bars.v_full[slot], cb * 64,
                       (w.n_block_begin + i) * kBlockN, hk, b, read_often);
       };
       const int q_slot = q_pass % kQStages;
@@ -426,27 +410,12 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
                               bh / p.heads_q);
         }
         if (kQStages > 1 && n_blocks > 0) load_k(0);
-        if (params.early_claim) tile = next;  // (the loads below do not read `tile`)
-      }
-      for (int i = 0; i < n_blocks; ++i) {
-        if (leader) {
+        for (int i = 0; i < n_blocks; ++i) {
           if (i + 1 < n_blocks) load_k(i + 1);
           load_v(i);
         }
-        if (masked_block(w, w.n_block_begin + i)) {  // the whole warp cleans V (v_clean.cuh)
-          const int slot = (kv_it + i) % kStages;
-          mbarrier_wait(&bars.v_relay[slot], (bars.relay_phases >> slot) & 1u);
-          clean_v_tile<T, kBlockN, kColBlocks>(v_tiles + slot * kBlockN * kDim,
-                                               bars.v_flags[slot], static_cast<int>(threadIdx.x));
-          fence_proxy_async_shared();  // the zeroes before the consumers' wgmma reads
-          __syncwarp();
-          if (leader) {
-            bars.relay_phases ^= 1u << slot;
-            mbarrier_arrive(&bars.v_full[slot]);
-          }
-        }
+        tile = params.early_claim ? next : next_tile(params);
       }
-      if (leader && !params.early_claim) tile = next_tile(params);
       kv_it += n_blocks;
       tile = __shfl_sync(0xffffffffu, tile, 0);
     }
@@ -814,35 +783,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       }
     };
 
-    // P of key block n_block (pa, about to enter P V) becomes NaN where a key whose V row the
-    // producer found non-finite (its flags for the slot) is visible to the row (v_clean.cuh).
-    // Rare: most calls leave at the first test.
-    auto poison_flagged_keys = [&](POperand& pa, int slot, int n_block) {
-      std::uint32_t flags[kBlockN / 32], any = 0;
-#pragma unroll
-      for (int word = 0; word < kBlockN / 32; ++word) {
-        flags[word] = bars.v_flags[slot][word];
-        any |= flags[word];
-      }
-      if (any == 0) return;
-      const int n0 = n_block * kBlockN;
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        int first = 0, last = 0;
-        if constexpr (!kGeneral) tile.visible(row0 + 8 * hh, first, last);
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int j = nt * 8 + 2 * t + e;  // the key within the block
-            if (((flags[nt / 4] >> (j % 32)) & 1u) == 0) continue;
-            const bool visible = kGeneral ? general_key_visible(p, general_rows[hh], n0 + j)
-                                          : n0 + j >= first && n0 + j < last;
-            if (visible) pa[nt / 2][2 * (nt % 2) + hh] = nan_pair<T>();
-          }
-      }
-    };
-
     // Whether this warpgroup's rows see no key of the tile's last block (kSkipLast): the visible
     // keys' end grows with the row, so the warpgroup's last row bounds all of them. n_wg: the
     // key blocks this warpgroup computes.
@@ -929,8 +869,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         TILEATTN_TRACE(i, 3);
         rescale_o(rescale);
         mbarrier_wait(&bars.v_full[prev], ((it - 1) / kStages) & 1);
-        if (masked_block(w, w.n_block_begin + i - 1))
-          poison_flagged_keys(pa_prev, prev, w.n_block_begin + i - 1);
         issue_pv(pa_prev, prev);
         pass_turn();
         TILEATTN_TRACE(i, 4);
@@ -947,7 +885,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         release(&bars.v_empty[prev]);
         if constexpr (!kSpeculate) to_operand(s, pa_next);
       };
-      auto finish = [&](POperand& pa_last) {  // the last block's P V
+      auto finish = [&](const POperand& pa_last) {  // the last block's P V
         // With two Q buffers the warpgroup frees its Q here, after its last S, rather than by a
         // test in every block (the producer needs the buffer only for the tile after next).
         if constexpr (kQStages > 1) release(&bars.q_empty[q_slot][consumer]);
@@ -955,8 +893,6 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
         rescale_o(rescale);
         if (finish_turn) take_turn();
         mbarrier_wait(&bars.v_full[last], (it / kStages) & 1);
-        if (masked_block(w, w.n_block_begin + n_wg - 1))
-          poison_flagged_keys(pa_last, last, w.n_block_begin + n_wg - 1);
         issue_pv(pa_last, last);
         if (finish_turn) pass_turn();
         if constexpr (kEarlyRows) {
