@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds tileattn and runs every test. This is the README's test command and what CI runs.
-#   scripts/test.sh            CPU build + all tests, the Python package and its tests
-#                              (scripts/python-tests.sh); the CUDA code is also compiled when
-#                              nvcc is present (its GPU tests skip on a machine without a GPU)
+#   scripts/test.sh            lint (scripts/lint.sh: clang-format and clang-tidy; fails on a
+#                              formatting difference or a finding), CPU build + all tests, the
+#                              Python package and its tests (scripts/python-tests.sh); the CUDA
+#                              code is also compiled when nvcc is present (its GPU tests skip on
+#                              a machine without a GPU)
 #   TILEATTN_SANITIZE=1 ...    also builds and runs the tests under ASan + UBSan, then builds the
 #                              libFuzzer targets (clang) and runs each for a bounded time
 #                              (TILEATTN_FUZZ_SECONDS, default 60) on a copy of its corpus
@@ -11,7 +13,8 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 jobs=$(nproc)
 
-cmake --preset default >/dev/null
+cmake --preset default >/dev/null  # also writes build/compile_commands.json for clang-tidy
+scripts/lint.sh
 cmake --build --preset default -j "$jobs"
 ctest --preset default -j "$jobs"
 

@@ -28,6 +28,7 @@ struct RunOptions {
   std::string scale;  // as typed; empty = 1/sqrt(D)
   float softcap = 0.0f;
   int threads = 0;
+  bool f32_via_bf16 = false;
   bool verbose = false;
 };
 
@@ -57,6 +58,7 @@ int run(const RunOptions& o) {
   ctx.backend = parse_backend(o.backend);
   ctx.cpu_isa = parse_isa(o.isa);
   ctx.threads = o.threads;
+  ctx.cuda_f32_via_bf16 = o.f32_via_bf16;
 
   AttentionBuffers buf;
   buf.layout = parse_layout(o.layout);
@@ -131,6 +133,7 @@ Command add_run_command(CLI::App& app) {
       ->capture_default_str();
   add_isa_option(*sub, o->isa);
   add_threads_option(*sub, o->threads);
+  add_f32_via_bf16_flag(*sub, o->f32_via_bf16);
   sub->add_flag("--verbose", o->verbose,
                 "Print the backend, the attention call's time and the files written");
   return {sub, [o] { return run(*o); }};

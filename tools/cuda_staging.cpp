@@ -86,12 +86,14 @@ void DeviceStaging::fetch_gradients(Problem::BackwardBuffers& host) const {
 
 #else  // no CUDA: nothing to stage; attention_forward reports the missing backend
 
-DeviceStaging::DeviceStaging(const AttentionBuffers&, AttentionArgs&, const Context&, bool) {}
+DeviceStaging::DeviceStaging(const AttentionBuffers& /*host*/, AttentionArgs& /*args*/,
+                             const Context& /*ctx*/, bool /*upload_outputs*/) {}
 DeviceStaging::~DeviceStaging() = default;
 void DeviceStaging::synchronize() const {}
-void DeviceStaging::fetch(AttentionBuffers&) const {}
-void DeviceStaging::stage_gradients(const Problem::BackwardBuffers&, AttentionBackwardArgs&) {}
-void DeviceStaging::fetch_gradients(Problem::BackwardBuffers&) const {}
+void DeviceStaging::fetch(AttentionBuffers& /*host*/) const {}
+void DeviceStaging::stage_gradients(const Problem::BackwardBuffers& /*host*/,
+                                    AttentionBackwardArgs& /*args*/) {}
+void DeviceStaging::fetch_gradients(Problem::BackwardBuffers& /*host*/) const {}
 
 #endif
 

@@ -153,6 +153,7 @@ void Problem::add_options(CLI::App& app) {
       ->capture_default_str();
   add_isa_option(app, isa);
   add_threads_option(app, threads);
+  add_f32_via_bf16_flag(app, f32_via_bf16);
   app.add_option("--seed", seed, "Random seed; 0 = a fresh one (printed)");
   app.add_option("--dropout", dropout,
                  "Dropout probability in [0, 1) (Philox keyed by --seed, offset 0); 0 = off")
@@ -184,6 +185,12 @@ void add_threads_option(CLI::App& app, int& target) {
                  "CPU threads, at most " + std::to_string(kMaxThreads) + "; 0 = OpenMP default")
       ->check(CLI::Range(0, kMaxThreads))
       ->capture_default_str();
+}
+
+void add_f32_via_bf16_flag(CLI::App& app, bool& target) {
+  app.add_flag("--f32-via-bf16", target,
+               "CUDA, f32 storage: compute with bf16 tensor-core products (~3e-3 relative "
+               "error, fastest) instead of f32 FMA products (the default)");
 }
 
 std::optional<float> parse_scale(const std::string& text) {
@@ -219,6 +226,7 @@ Context Problem::context() const {
   ctx.backend = parse_backend(backend);
   ctx.cpu_isa = parse_isa(isa);
   ctx.threads = threads;
+  ctx.cuda_f32_via_bf16 = f32_via_bf16;
   return ctx;
 }
 

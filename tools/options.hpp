@@ -32,6 +32,8 @@ void add_isa_option(CLI::App& app, std::string& target);
 // parse_scale. --threads N in [0, tileattn::kMaxThreads].
 void add_scale_option(CLI::App& app, std::string& target);
 void add_threads_option(CLI::App& app, int& target);
+// --f32-via-bf16: Context::cuda_f32_via_bf16 (CUDA, f32 storage on the bf16 tensor-core kernels).
+void add_f32_via_bf16_flag(CLI::App& app, bool& target);
 // Empty text: not given (1/sqrt(D)). Otherwise the number as f32, honoured as given (0 too);
 // refused (ToolError naming --scale) when it is not a finite number, when it overflows f32, or
 // when it is not 0 but rounds to 0 in f32 (e.g. 1e-50).
@@ -51,11 +53,12 @@ struct Problem {
   std::uint64_t seed = 0;  // 0 = fresh
   float dropout = 0.0f;    // dropout_p; the dropout seed is `seed`, the offset 0
   bool with_lse = false;
+  bool f32_via_bf16 = false;  // Context::cuda_f32_via_bf16
 
   // kv_heads, len_k, dim_v default to heads, len_q, dim when 0.
   void resolve_defaults();
   // Registers --batch --heads --kv-heads --lq --lk --dim --dim-v --causal --window --softcap
-  // --scale --dtype --backend --isa --threads --seed on a subcommand.
+  // --scale --dtype --backend --isa --threads --f32-via-bf16 --seed on a subcommand.
   void add_options(CLI::App& app);
 
   AttentionArgs args() const;  // everything but the tensors

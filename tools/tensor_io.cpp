@@ -39,7 +39,7 @@ HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape)
   bytes_ = npy::Buffer(static_cast<std::size_t>(numel()) * size_of(dtype_), std::byte{0});
 }
 
-HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape, Uninitialized)
+HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape, Uninitialized /*tag*/)
     : dtype_(dtype), shape_(std::move(shape)) {
   bytes_ = npy::Buffer(static_cast<std::size_t>(numel()) * size_of(dtype_));
 }

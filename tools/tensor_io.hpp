@@ -33,7 +33,7 @@ class HostTensor {
   HostTensor(DType dtype, std::vector<std::int64_t> shape);  // zero-filled
   // Uninitialised, for a buffer that is written in full before it is read (kernel outputs).
   struct Uninitialized {};
-  HostTensor(DType dtype, std::vector<std::int64_t> shape, Uninitialized);
+  HostTensor(DType dtype, std::vector<std::int64_t> shape, Uninitialized /*tag*/);
   HostTensor(DType dtype, std::vector<std::int64_t> shape, npy::Buffer bytes);
 
   bool empty() const noexcept { return bytes_.empty() && shape_.empty(); }

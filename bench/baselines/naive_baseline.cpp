@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 
-#include "api/params.hpp"
 #include "api/validate.hpp"
+#include "common/params.hpp"
 #include "common/threads.hpp"
 #include "naive_softmax.hpp"
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "api/params.hpp"
+#include "common/params.hpp"
 #include "tensor_io.hpp"
 #include "tileattn/tileattn.hpp"
 

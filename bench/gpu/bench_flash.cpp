@@ -25,7 +25,8 @@
 
 #include "clock_sampler.hpp"
 #include "common/float_convert.hpp"
-#include "cuda/sm80/flash_fwd_config.hpp"
+#include "cuda/sm80/tile_config.hpp"
+#include "cuda/sm90/tile_config.hpp"
 #include "tileattn/tileattn.hpp"
 
 namespace {
@@ -163,8 +164,8 @@ int main(int argc, char** argv) {
         ctx.cuda_stream = stream;
         tileattn::AttentionBackwardArgs bargs;
         if (backward) {
-          args.lse = tileattn::make_tensor(lse, tileattn::DType::f32, {B, H, L},
-                                           tileattn::Device::cuda);
+          args.lse =
+              tileattn::make_tensor(lse, tileattn::DType::f32, {B, H, L}, tileattn::Device::cuda);
           tileattn::attention_forward(args, ctx);
           static_cast<tileattn::AttentionArgs&>(bargs) = args;
           const auto grad = [&](void* data) {
@@ -224,8 +225,8 @@ int main(int argc, char** argv) {
         else if (backward)
           block_m = cfg_bwd.block_m, block_n = cfg_bwd.block_n(), warps = cfg_bwd.warps, stages = 2;
         else if (sm90)
-          block_m = cfg90.block_m, block_n = cfg90.block_n,
-          warps = cfg90.consumer_warp_groups * 4, stages = cfg90.stages;
+          block_m = cfg90.block_m, block_n = cfg90.block_n, warps = cfg90.consumer_warp_groups * 4,
+          stages = cfg90.stages;
         std::printf("%5d %6d %6d %4lld %4lld %10.4f %9.1f  %s %d x %d, %d, %d  %4.0f MHz %3.0f W\n",
                     D, causal, L, static_cast<long long>(B), static_cast<long long>(H), median,
                     tflops, sm90 ? "sm90" : "sm80", block_m, block_n, warps, stages,
@@ -238,8 +239,9 @@ int main(int argc, char** argv) {
              << ", \"block_n\": " << block_n << ", \"warps\": " << warps
              << ", \"stages\": " << stages << ", \"pass\": \""
              << (backward ? "backward" : "forward") << "\", \"sm_mhz\": " << clock_stats.mean_mhz
-             << ", \"sm_mhz_min\": " << clock_stats.min_mhz << ", \"power_w\": "
-             << clock_stats.max_power_w << ", \"throttle\": " << clock_stats.reasons
+             << ", \"sm_mhz_min\": " << clock_stats.min_mhz
+             << ", \"power_w\": " << clock_stats.max_power_w
+             << ", \"throttle\": " << clock_stats.reasons
              << ", \"clock_samples\": " << clock_stats.samples << "}";
         first = false;
       }

@@ -28,14 +28,18 @@ class ClockSampler {
     const auto init = reinterpret_cast<int (*)()>(dlsym(library_, "nvmlInit_v2"));
     const auto by_bus = reinterpret_cast<int (*)(const char*, void**)>(
         dlsym(library_, "nvmlDeviceGetHandleByPciBusId_v2"));
-    clock_ = reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(library_, "nvmlDeviceGetClockInfo"));
-    power_ = reinterpret_cast<int (*)(void*, unsigned*)>(dlsym(library_, "nvmlDeviceGetPowerUsage"));
+    clock_ =
+        reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(library_, "nvmlDeviceGetClockInfo"));
+    power_ =
+        reinterpret_cast<int (*)(void*, unsigned*)>(dlsym(library_, "nvmlDeviceGetPowerUsage"));
     reasons_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(
         dlsym(library_, "nvmlDeviceGetCurrentClocksThrottleReasons"));
-    limit_ = reinterpret_cast<int (*)(void*, unsigned*)>(dlsym(library_, "nvmlDeviceGetEnforcedPowerLimit"));
+    limit_ = reinterpret_cast<int (*)(void*, unsigned*)>(
+        dlsym(library_, "nvmlDeviceGetEnforcedPowerLimit"));
     char bus[32] = {};
     if (init == nullptr || by_bus == nullptr || clock_ == nullptr || power_ == nullptr ||
-        reasons_ == nullptr || init() != 0 || cudaDeviceGetPCIBusId(bus, sizeof bus, cuda_device) != cudaSuccess ||
+        reasons_ == nullptr || init() != 0 ||
+        cudaDeviceGetPCIBusId(bus, sizeof bus, cuda_device) != cudaSuccess ||
         by_bus(bus, &device_) != 0)
       device_ = nullptr;
   }

@@ -165,6 +165,12 @@ struct Context {
   CpuIsa cpu_isa =
       CpuIsa::best;             // cap on the CPU instruction set (best available if not supported)
   void* cuda_stream = nullptr;  // cudaStream_t for the CUDA backend; nullptr = default stream
+  // CUDA, f32 storage (q, k, v): false (the default) computes at f32 accuracy (every product an
+  // f32 FMA; relative error ~1e-6 against float64, as PyTorch's f32 SDPA). true opts in to the
+  // bf16 tensor-core kernels, in the spirit of PyTorch's allow_tf32: each tile is rounded to
+  // bf16 when loaded and multiplied with f32 accumulation, ~3e-3 relative error, the fastest.
+  // No effect on other dtypes or backends.
+  bool cuda_f32_via_bf16 = false;
   // Optional caller-owned device memory for the CUDA backward's workspace, e.g. from a
   // framework's caching allocator (so that a CUDA graph capture sees no allocation by the
   // library). At least attention_backward_workspace_bytes(args, ctx) bytes on the tensors'

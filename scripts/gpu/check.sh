@@ -6,6 +6,7 @@
 #   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test python sanitize race_repeat
 #                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80)
 #                                        bwd_parts duel (DUEL_*: tileattn vs cuDNN alternately)
+#                                        f32 (F32_*: f32 storage accuracy vs PyTorch, speed)
 #                                        (default: build test python sanitize bench bench_bwd;
 #                                        python: pip install . with CUDA, then python/tests,
 #                                        PYTEST_ARGS; log in python.log;
@@ -62,7 +63,7 @@ stage_mark() { echo "mark,$(date -u +%H:%M:%S),$1" >>/tmp/clock_marks.csv; }
 # Every benchmark (tileattn's and PyTorch's) idles the GPU BENCH_COOLDOWN_MS (default 500) before
 # each shape and, with BENCH_SUSTAIN_MS, runs it that long before timing: the H200 lowers its
 # clock under its 700 W cap depending on the recent power, so shapes must start from the same
-# state (docs/perf/gpu.md, session 9).
+# state (docs/perf/gpu.md, method).
 TIMING=(--cooldown-ms "${BENCH_COOLDOWN_MS:-500}" --sustain-ms "${BENCH_SUSTAIN_MS:-0}")
 note "-- benchmark timing: ${TIMING[*]}"
 
@@ -80,6 +81,10 @@ if has_stage build; then
         cmake --install /tmp/gtest-build >>/tmp/gtest.log 2>&1 || { tail -20 /tmp/gtest.log; exit 1; }
       GTEST_ARGS=(-DCMAKE_PREFIX_PATH=/tmp/gtest-install)
     fi
+  fi
+  # CLI11 (the command-line tool, BUILD_TOOLS=ON): the carried headers (.gpu-deps/cli11).
+  if [[ -d $ROOT/.gpu-deps/cli11 ]]; then
+    GTEST_ARGS=("-DCMAKE_PREFIX_PATH=/tmp/gtest-install;$ROOT/.gpu-deps/cli11")
   fi
   start=$(date +%s)
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
@@ -205,7 +210,7 @@ if has_stage sanitize; then
   start=$(date +%s)
   : >"$OUT/sanitizer.log"
   # SANITIZE_RUNS: tool:DISABLE_SM90 pairs (e.g. "racecheck:0" for an sm90-only change), each
-  # optionally with a setting: tool:DISABLE_SM90:VAR=value (e.g. racecheck:0:TILEATTN_SM90_STORE_WARPS=0).
+  # optionally with an environment setting: tool:DISABLE_SM90:VAR=value.
   for run in ${SANITIZE_RUNS:-memcheck:0 racecheck:0 synccheck:0 memcheck:1 racecheck:1}; do
     IFS=: read -r tool sm80_only setting <<<"$run"
     echo "== $run" >>"$OUT/sanitizer.log"
@@ -250,8 +255,8 @@ if has_stage bench; then
       --lengths "$lengths" --iters "$iters" "${TIMING[@]}" --label tileattn_sm80 \
       --json "$OUT/bench_tileattn_sm80.json" >/tmp/bench_sm80.log 2>&1 || note "-- sm80 bench failed"
   fi
-  # BENCH_VARIANTS="name:VAR=value ...": the same grid under other settings (e.g.
-  # nopp:TILEATTN_SM90_PING_PONG=0), reported as extra tileattn_<name> columns.
+  # BENCH_VARIANTS="name:VAR=value ...": the same grid under other environment settings (e.g.
+  # sm80:TILEATTN_CUDA_DISABLE_SM90=1), reported as extra tileattn_<name> columns.
   variant_files=()
   for variant in ${BENCH_VARIANTS:-}; do
     name=${variant%%:*} setting=${variant#*:}
@@ -346,10 +351,15 @@ if has_stage ab; then
   # AB_PATCH="p1 p2 ..." (tree = baseline + p1 + p2 + ...): one side per prefix, i.e. the
   # baseline, baseline + p1, ..., and the tree itself ("new"); sides are named base, v1, v2, ...
   # AB_ENV="VAR=value": the same binary run under that setting is a side too (alone, the
-  # baseline: e.g. TILEATTN_SM90_KV_EVICT_LAST=0). Several settings separated by ';' give a side
+  # baseline: e.g. TILEATTN_CUDA_DISABLE_SM90=1). Several settings separated by ';' give a side
   # each (env1, env2, ...; env1 also with AB_PATCH); one setting may set several variables.
+  # Kernel choices are fields of the tile tables (src/cuda/sm80/tile_config.hpp,
+  # src/cuda/sm90/tile_config.hpp), not environment switches: A/B them with AB_PATCH.
   start=$(date +%s)
-  rm -rf /tmp/ab-side-* /tmp/ab_*.json
+  # AB_REUSE=1: sides already built by an earlier ab stage of this machine are kept (the same
+  # patches; e.g. a backward A/B after a forward one).
+  [[ ${AB_REUSE:-0} == 1 ]] || rm -rf /tmp/ab-side-*
+  rm -f /tmp/ab_*.json
   ab_ok=1
   read -r -a patches <<<"${AB_PATCH:-}"
   sides=(new) bins=("$BUILD/bench/gpu/tileattn_gpu_bench") settings=("TILEATTN_AB_SIDE=new")
@@ -367,6 +377,10 @@ if has_stage ab; then
   side_ks=()
   for ((k = ${#patches[@]} - 1; k >= 0 && ab_ok == 1; k--)); do
     src=/tmp/ab-side-$k
+    if [[ ${AB_REUSE:-0} == 1 && -x $src-build/bench/gpu/tileattn_gpu_bench ]]; then
+      side_ks+=("$k")
+      continue
+    fi
     mkdir -p "$src"
     if tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C "$src" &&
         (cd "$src" && for ((j = ${#patches[@]} - 1; j >= k; j--)); do
@@ -425,6 +439,56 @@ if has_stage ab; then
       done
     done
     python3 bench/gpu/compare.py "${ab_files[@]}" --json "$OUT/ab.json" | tee -a "$SUMMARY"
+  fi
+  note "   ($(($(date +%s) - start)) s)"
+fi
+if has_stage f32; then  # f32 storage: accuracy and speed (scripts/gpu/f32_accuracy.py)
+  stage_mark f32
+  start=$(date +%s)
+  # F32_BASE_PATCH (a diff of this tree against the baseline, carried): the baseline's CLI is
+  # built beside the accuracy run, then `tileattn bench --backend cuda --dtype f32` of the
+  # baseline and of this tree with --f32-via-bf16 alternate F32_ROUNDS times (the opt-in's
+  # speed against the baseline's f32 path, same card, same treatment).
+  if [[ -n ${F32_BASE_PATCH:-} ]]; then
+    rm -rf /tmp/f32-base && mkdir -p /tmp/f32-base
+    tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C /tmp/f32-base
+    (cd /tmp/f32-base && patch -R -p1 -s <"$ROOT/$F32_BASE_PATCH" &&
+      cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES="80;90a-real" -DTILEATTN_BUILD_TESTS=OFF \
+        -DTILEATTN_BUILD_BENCHMARKS=OFF -DCMAKE_PREFIX_PATH="$ROOT/.gpu-deps/cli11" \
+        >/tmp/f32-base.log 2>&1 &&
+      cmake --build build -j "$JOBS" --target tileattn_cli >>/tmp/f32-base.log 2>&1) &
+    base_pid=$!
+  fi
+  python3 scripts/gpu/f32_accuracy.py --build "$BUILD" --dims "${F32_DIMS:-64,128}" \
+    --lengths "${F32_LENGTHS:-1024,4096}" --json "$OUT/f32.json" 2>&1 | tee -a "$SUMMARY" ||
+    status=1
+  if [[ -n ${F32_BASE_PATCH:-} ]]; then
+    if wait "$base_pid"; then
+      note "-- f32: baseline built ($(($(date +%s) - start)) s); base = baseline f32, new = --f32-via-bf16"
+      for round in $(seq "${F32_ROUNDS:-3}"); do
+        for D in ${F32_DIMS//,/ }; do
+          for L in ${F32_LENGTHS//,/ }; do
+            for causal in none top-left; do
+              shape=(--backend cuda --dtype f32 --batch 2 --heads 8 --lq "$L" --dim "$D"
+                     --causal "$causal" --backward --iters 20 --warmup 5 --seed 1 --json)
+              b=$(/tmp/f32-base/build/tools/tileattn bench "${shape[@]}")
+              n=$("$BUILD/tools/tileattn" bench "${shape[@]}" --f32-via-bf16)
+              python3 - "$b" "$n" "$round" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+b, n = (json.loads(x) for x in sys.argv[1:3])
+f, w = "flash_median_s", "backward_median_s"
+print(f"   round {sys.argv[3]} D {b['dim']} L {b['lq']} causal {b['causal']}: "
+      f"fwd base {b[f] * 1e3:.3f} new {n[f] * 1e3:.3f} ms (new/base {n[f] / b[f]:.3f}); "
+      f"bwd base {b[w] * 1e3:.3f} new {n[w] * 1e3:.3f} ms (new/base {n[w] / b[w]:.3f})")
+PY
+            done
+          done
+        done
+      done
+    else
+      note "-- f32: baseline build failed"; tail -20 /tmp/f32-base.log | tee -a "$SUMMARY"; status=1
+    fi
   fi
   note "   ($(($(date +%s) - start)) s)"
 fi

@@ -9,6 +9,11 @@ scripts/install-deps.sh
 rm -rf .gpu-deps/googletest
 mkdir -p .gpu-deps
 cp -r /usr/src/googletest .gpu-deps/googletest
+# CLI11 (header-only) for the command-line tool (check.sh with BUILD_TOOLS=ON).
+rm -rf .gpu-deps/cli11
+mkdir -p .gpu-deps/cli11/include .gpu-deps/cli11/share/cmake
+cp -r /usr/include/CLI .gpu-deps/cli11/include/
+cp -r /usr/share/cmake/CLI11 .gpu-deps/cli11/share/cmake/
 # The Python package's build and test requirements the GPU machine (Python 3.12, PyTorch 2.11,
 # no network) may lack, as wheels (check.sh's python stage installs them from there).
 rm -rf .gpu-deps/wheels
@@ -16,4 +21,4 @@ grep -v -e '^#' -e '^torch' python/requirements-test.txt >/tmp/tileattn-gpu-requ
 python3 -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
   -d .gpu-deps/wheels -r /tmp/tileattn-gpu-requirements.txt
-echo "prepared .gpu-deps/googletest and .gpu-deps/wheels ($(du -sh .gpu-deps | cut -f1))"
+echo "prepared .gpu-deps/googletest, cli11 and wheels ($(du -sh .gpu-deps | cut -f1))"

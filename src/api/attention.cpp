@@ -86,11 +86,11 @@ Tensor make_tensor(const void* data, DType dtype, std::initializer_list<std::int
   return make_tensor(const_cast<void*>(data), dtype, shape, device, device_index);
 }
 
-Tensor bhsd_as_bshd(Tensor t) {
-  if (t.rank != 4) throw Error("tileattn: bhsd_as_bshd: expected a rank-4 [B, H, L, D] tensor");
-  std::swap(t.shape[1], t.shape[2]);
-  std::swap(t.stride[1], t.stride[2]);
-  return t;
+Tensor bhsd_as_bshd(Tensor bhsd) {
+  if (bhsd.rank != 4) throw Error("tileattn: bhsd_as_bshd: expected a rank-4 [B, H, L, D] tensor");
+  std::swap(bhsd.shape[1], bhsd.shape[2]);
+  std::swap(bhsd.stride[1], bhsd.stride[2]);
+  return bhsd;
 }
 
 namespace {
@@ -133,7 +133,7 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
 #if defined(TILEATTN_WITH_CUDA)
     if (p.device != Device::cuda)
       throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
-    detail::cuda_flash_forward(p, ctx.cuda_stream);
+    detail::cuda_flash_forward(p, ctx.cuda_stream, ctx.cuda_f32_via_bf16);
     return;
 #else
     throw Error(
@@ -160,7 +160,8 @@ void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
 #if defined(TILEATTN_WITH_CUDA)
     if (p.device != Device::cuda)
       throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
-    detail::cuda_flash_backward(p, ctx.cuda_stream, ctx.cuda_workspace, ctx.cuda_workspace_bytes);
+    detail::cuda_flash_backward(p, ctx.cuda_stream, ctx.cuda_f32_via_bf16, ctx.cuda_workspace,
+                                ctx.cuda_workspace_bytes);
     return;
 #else
     throw Error(
@@ -184,7 +185,7 @@ std::size_t attention_backward_workspace_bytes(const AttentionBackwardArgs& args
   const detail::AttnBackwardParams p = detail::validate_backward(args);
   if (resolve_backend(ctx, p.device) != Backend::cuda || p.device != Device::cuda) return 0;
 #if defined(TILEATTN_WITH_CUDA)
-  return detail::cuda_backward_workspace_bytes(p);
+  return detail::cuda_backward_workspace_bytes(p, ctx.cuda_f32_via_bf16);
 #else
   return 0;
 #endif

@@ -1,7 +1,7 @@
 // The one place where arguments are checked. Everything a kernel relies on is established here.
 #pragma once
 
-#include "api/params.hpp"
+#include "common/params.hpp"
 
 namespace tileattn::detail {
 

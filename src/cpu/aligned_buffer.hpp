@@ -16,15 +16,15 @@ struct CacheLineAllocator {
   using value_type = T;
   CacheLineAllocator() = default;
   template <typename U>
-  constexpr CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
+  constexpr CacheLineAllocator(const CacheLineAllocator<U>& /*other*/) noexcept {}
   T* allocate(std::size_t n) {
     return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{kCacheLine}));
   }
-  void deallocate(T* p, std::size_t) noexcept {
+  void deallocate(T* p, std::size_t /*n*/) noexcept {
     ::operator delete (p, std::align_val_t{kCacheLine});
   }
   template <typename U>
-  bool operator==(const CacheLineAllocator<U>&) const noexcept {
+  bool operator==(const CacheLineAllocator<U>& /*other*/) const noexcept {
     return true;
   }
 };

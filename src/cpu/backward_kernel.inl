@@ -21,6 +21,7 @@ namespace tileattn::detail::TILEATTN_ISA_NAMESPACE {
 namespace {
 
 #include "cpu/online_softmax.inl"
+// After online_softmax.inl: it uses kLanes and kBlockK.
 #include "cpu/dropout_block.inl"
 
 constexpr std::int64_t kBlockQ = cpu_backward_config().block_q;
@@ -73,20 +74,20 @@ inline void product_micro(const float* a, std::int64_t lda, const float* b, std:
 // remainder. Grouped: a holds groups of Rows rows, each [depth][Rows] (A(m, k) =
 // a[(m / Rows) * Rows * depth + k * Rows + m % Rows], lda = Rows, StrideM = 1).
 template <int Rows, int Vecs, std::int64_t StrideM, bool Grouped = false>
-void product(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
-             std::int64_t depth, float* c, std::int64_t ldc, std::int64_t M, std::int64_t N,
-             bool accumulate, std::int64_t n0 = 0) {
+void product(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, std::int64_t depth,
+             float* c, std::int64_t ldc, std::int64_t M, std::int64_t N, bool accumulate,
+             std::int64_t n0 = 0) {
   static_assert(!Grouped || StrideM == 1);
   const auto rows_at = [&](std::int64_t m0) { return a + m0 * (Grouped ? depth : StrideM); };
   for (; n0 + Vecs * kLanes <= N; n0 += Vecs * kLanes) {
     std::int64_t m0 = 0;
     for (; m0 + Rows <= M; m0 += Rows)
-      product_micro<Rows, Vecs, StrideM>(rows_at(m0), lda, b + n0, ldb, depth,
-                                         c + m0 * ldc + n0, ldc, accumulate);
+      product_micro<Rows, Vecs, StrideM>(rows_at(m0), lda, b + n0, ldb, depth, c + m0 * ldc + n0,
+                                         ldc, accumulate);
     if (m0 < M)
       with_rows<Rows - 1>(M - m0, [&]<int R>() {
-        product_micro<R, Vecs, StrideM>(rows_at(m0), lda, b + n0, ldb, depth,
-                                        c + m0 * ldc + n0, ldc, accumulate);
+        product_micro<R, Vecs, StrideM>(rows_at(m0), lda, b + n0, ldb, depth, c + m0 * ldc + n0,
+                                        ldc, accumulate);
       });
   }
   if constexpr (Vecs > 1)
@@ -100,9 +101,8 @@ void product(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
 void probabilities(const BackwardStep& step) {
   const TileJob& job = step.mods;
   const bool capped = job.softcap > 0.0f;
-  const bool plain = step.interior && !capped && job.alibi_slope == 0.0f &&
-                     job.scale_log2 > 0.0f && job.bool_mask == nullptr &&
-                     job.additive_mask == nullptr;
+  const bool plain = step.interior && !capped && job.alibi_slope == 0.0f && job.scale_log2 > 0.0f &&
+                     job.bool_mask == nullptr && job.additive_mask == nullptr;
   const float two_log2e_over_cap = capped ? 2.0f * kLog2e / job.softcap : 0.0f;
   const VecF one = splat(1.0f), inv_cap = splat(capped ? 1.0f / job.softcap : 0.0f);
   for (std::int64_t r = 0; r < step.rows; ++r) {
@@ -117,8 +117,9 @@ void probabilities(const BackwardStep& step) {
     if (capped) {
       float* grad = step.softcap_grad + r * kBlockK;
       for (std::int64_t c = 0; c < kBlockK; c += kLanes) {
-        const VecF t = mul(softcap(mul(load(row + c), splat(job.scale)), job.softcap,
-                                   two_log2e_over_cap), inv_cap);  // tanh(scale * s / cap)
+        const VecF t =
+            mul(softcap(mul(load(row + c), splat(job.scale)), job.softcap, two_log2e_over_cap),
+                inv_cap);  // tanh(scale * s / cap)
         store(grad + c, sub(one, mul(t, t)));
       }
     }
@@ -132,8 +133,8 @@ void probabilities(const BackwardStep& step) {
 void score_gradients(const BackwardStep& step) {
   const bool dropout = step.mods.dropout != nullptr, capped = step.mods.softcap > 0.0f;
   if (dropout)
-    dropout_factors(*step.mods.dropout, step.mods.batch, step.mods.head, step.mods.row0,
-                    step.rows, step.key0, step.dropped);
+    dropout_factors(*step.mods.dropout, step.mods.batch, step.mods.head, step.mods.row0, step.rows,
+                    step.key0, step.dropped);
   for (std::int64_t r = 0; r < step.rows; ++r) {
     const VecF delta = splat(step.delta[r]);
     const std::int64_t row = r * kBlockK;
@@ -183,5 +184,7 @@ void backward_step(const BackwardStep& step) {
 }  // namespace tileattn::detail::TILEATTN_ISA_NAMESPACE
 
 namespace tileattn::detail {
-BackwardKernel TILEATTN_BACKWARD_GETTER() { return &TILEATTN_ISA_NAMESPACE::backward_step; }
+BackwardKernel TILEATTN_BACKWARD_GETTER() {
+  return &TILEATTN_ISA_NAMESPACE::backward_step;
+}
 }  // namespace tileattn::detail

@@ -12,19 +12,19 @@ namespace tileattn::detail {
 // One step of FlashAttention-2's backward: one query tile (rows of one query head) against one
 // key block of its kv head. All buffers are f32, packed by the driver (zero beyond Lq, Lk, D, Dv).
 struct BackwardStep {
-  std::int64_t rows;                    // query rows in the tile (<= block_q)
-  std::int64_t dim, dim_v;              // D, Dv
+  std::int64_t rows;                      // query rows in the tile (<= block_q)
+  std::int64_t dim, dim_v;                // D, Dv
   std::int64_t dim_padded, dim_v_padded;  // rounded up to whole vectors
 
   // Q and dO transposed in groups of q_group rows (f32_bwd_group_rows in tile_config.hpp):
   // element (r, d) of Q at q_t[(r / q_group) * q_group * dim + d * q_group + r % q_group].
-  std::int64_t q_group;   // must be the kernel's S / dP micro-tile rows
-  const float* q_t;       // [block_q / q_group][dim][q_group]
-  const float* q_rows;    // [block_q][dim_padded]
-  const float* dout_t;    // [block_q / q_group][dim_v][q_group]
-  const float* dout_rows; // [block_q][dim_v_padded]
-  const float* lse_log2;  // [rows] lse * log2(e); +inf for a fully masked row
-  const float* delta;     // [rows] rowsum(dO o O)
+  std::int64_t q_group;    // must be the kernel's S / dP micro-tile rows
+  const float* q_t;        // [block_q / q_group][dim][q_group]
+  const float* q_rows;     // [block_q][dim_padded]
+  const float* dout_t;     // [block_q / q_group][dim_v][q_group]
+  const float* dout_rows;  // [block_q][dim_v_padded]
+  const float* lse_log2;   // [rows] lse * log2(e); +inf for a fully masked row
+  const float* delta;      // [rows] rowsum(dO o O)
 
   const float* k_t;     // [dim][block_k]        K block transposed
   const float* k_rows;  // [block_k][dim_padded]

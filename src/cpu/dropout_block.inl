@@ -1,6 +1,7 @@
 // The dropout keep/drop decisions of one score block, shared by the f32 forward and backward
-// kernels. Included inside an ISA namespace's anonymous namespace; common/philox.hpp defines the
-// decision (docs/semantics.md), so every backend drops the same elements.
+// kernels. Included inside an ISA namespace's anonymous namespace, after online_softmax.inl
+// (kLanes, kBlockK); common/philox.hpp defines the decision (docs/semantics.md), so every backend
+// drops the same elements.
 
 #if defined(__AVX512F__)
 // The 32 x 32 -> 64-bit products of 16 lanes by a constant: low and high halves.
@@ -17,12 +18,14 @@ inline void dropout_row(const DropoutParams& d, std::int64_t b, std::int64_t h, 
                         std::int64_t key0, float* keep) {
   static_assert(kBlockK == 64, "16 lanes x 4 words cover one key block");
   const std::uint64_t stream = d.offset + static_cast<std::uint64_t>(b * d.heads_q + h);
-  __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(key0 >> 2)),
-                                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  __m512i c0 =
+      _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(key0 >> 2)),
+                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   __m512i c1 = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(i)));
   __m512i c2 = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(stream)));
   __m512i c3 = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(stream >> 32)));
-  auto key0_word = static_cast<std::uint32_t>(d.seed), key1_word = static_cast<std::uint32_t>(d.seed >> 32);
+  auto key0_word = static_cast<std::uint32_t>(d.seed),
+       key1_word = static_cast<std::uint32_t>(d.seed >> 32);
   const __m512i mul0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
   const __m512i mul1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
   for (int round = 0; round < 10; ++round) {
@@ -33,9 +36,11 @@ inline void dropout_row(const DropoutParams& d, std::int64_t b, std::int64_t h, 
     __m512i lo0, hi0, lo1, hi1;
     mulhilo16(c0, mul0, lo0, hi0);
     mulhilo16(c2, mul1, lo1, hi1);
-    c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(key0_word)));
+    c0 =
+        _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(key0_word)));
     c1 = lo1;
-    c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(key1_word)));
+    c2 =
+        _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(key1_word)));
     c3 = lo0;
   }
   // f_n[l] = factor of key key0 + 4 l + n; key 16 v + 4 a + n is f_n[4 v + a]: a 4 x 4

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "api/score_mods.hpp"
+#include "common/score_mods.hpp"
 #include "common/threads.hpp"
 #include "cpu/aligned_buffer.hpp"
 #include "cpu/backward_kernels.hpp"

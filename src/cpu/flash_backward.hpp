@@ -1,5 +1,5 @@
 #pragma once
-#include "api/params.hpp"
+#include "common/params.hpp"
 
 namespace tileattn::detail {
 

@@ -69,8 +69,8 @@ Plan make_plan(const AttnParams& p, CpuIsa isa) {
 }
 
 // dst[c * ld + r] = rows[r][c] for r < n, c < cols: 4 x 4 blocks through SSE registers where
-// the baseline target has them (the packing of K and of the Q tile; scalar, it was most of the
-// driver's time).
+// the baseline target has them (the packing of K and of the Q tile, which a scalar transpose
+// would make the largest part of the driver's time).
 void transpose_rows(const float* const* rows, std::int64_t n, std::int64_t cols, float* dst,
                     std::int64_t ld) {
   std::int64_t r = 0;
@@ -141,7 +141,7 @@ bool is_poisoned(const std::uint64_t* poison, std::int64_t c) {
 
 // f32 family: flags in poison[2] the keys of a packed block whose K column or V row holds an Inf
 // or NaN, and zeros them. The scan reads the packed block while it is in L1 (a separate pass
-// over the source rows cost ~2% of a call), contiguous rows at a time.
+// over the source rows would read them from memory a second time), contiguous rows at a time.
 void zero_poisoned_keys_f32(const Plan& plan, std::int64_t D, float* k_dst, float* v_dst,
                             std::uint64_t* poison) {
   const std::int64_t block_k = plan.config.block_k, k_panel = plan.config.k_panel,
@@ -192,7 +192,7 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
   const std::int64_t D = p.dim, Dv = p.dim_v, dvp = plan.geometry.dim_v_padded;
   const std::int64_t valid = packed_keys(p, b, kb, block_k);
   const std::int64_t width = std::max(D, Dv);
-  const std::int64_t esize = size_of(p.dtype);
+  const auto esize = static_cast<std::int64_t>(size_of(p.dtype));
   if (valid > 0) {
     prefetch_rows(k_row(p, b, kb * block_k, kv_head), valid, p.k_stride_l, esize, D * esize);
     prefetch_rows(v_row(p, b, kb * block_k, kv_head), valid, p.v_stride_l, esize, Dv * esize);
@@ -258,7 +258,8 @@ void transpose_pairs(const std::uint16_t* const* rows, std::int64_t n, std::int6
 // amx and bf16_dot families (bf16 storage): K as [D/2][block_k][2], V as [block_k/2][Dv][2]
 // (pairs along the reduction dimension, as AMX's B operand and vdpbf16ps want them). K is a
 // transpose of 32-bit words (transpose_pairs), V interleaves the elements of two keys' rows
-// (SSE2 unpacks); scalar, these loops were ~10% of a bf16 call.
+// (SSE2 unpacks): they run once per key block and kv head, and scalar they would be a visible
+// share of a bf16 call.
 void pack_block_pairs(const AttnParams& p, const Plan& plan, std::int64_t b, std::int64_t kv_head,
                       std::int64_t kb, std::uint16_t* k_dst, std::uint16_t* v_dst,
                       std::uint64_t* poison) {
@@ -379,7 +380,7 @@ void load_q_tile(const AttnParams& p, const Plan& plan, std::int64_t b, const Wo
   };
   // A query row that is not finite is packed as zeros; run_tile makes it NaN if it sees a key.
   if (plan.family == KernelFamily::f32) {  // groups of q_group rows, each [D][q_group]
-    const std::int64_t esize = size_of(p.dtype);
+    const auto esize = static_cast<std::int64_t>(size_of(p.dtype));
     prefetch_rows(static_cast<const char*>(p.q) + offset(0) * esize, rows, p.q_stride_l, esize,
                   D * esize);
     for (std::int64_t r = 0; r < rows; ++r) {

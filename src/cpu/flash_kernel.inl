@@ -16,6 +16,7 @@ namespace tileattn::detail::TILEATTN_ISA_NAMESPACE {
 namespace {
 
 #include "cpu/online_softmax.inl"
+// After online_softmax.inl: it uses kLanes and kBlockK.
 #include "cpu/dropout_block.inl"
 
 constexpr std::int64_t kBlockQ = cpu_tile_config().block_q;
@@ -47,8 +48,8 @@ inline void qk_micro(const float* q, std::int64_t dim, const float* k_panel, std
     for (int c = 0; c < kQkVecs; ++c) acc[r][c] = zero();
   const float* k = k_panel;
   for (std::int64_t d = 0; d < dim; ++d, k += kPanelK, q += kQkRows) {
-    // Software prefetch 16 steps ahead (L1 cannot hold Q tile + K panel + scores at once):
-    // +5-6% on the f32 forward (docs/perf/cpu.md).
+    // Software prefetch 16 steps ahead: L1 cannot hold Q tile + K panel + scores at once, so
+    // the next steps' K and Q lines are requested before the FMAs need them.
     __builtin_prefetch(k + 16 * kPanelK);
     __builtin_prefetch(k + 16 * kPanelK + 16);
     __builtin_prefetch(q + 16 * kQkRows);
@@ -121,8 +122,8 @@ void pv_columns(const TileJob& job, const float* v_block, std::int64_t panel0, s
                                      job.row_scale + r0, job.out + r0 * dvp);
   if (r0 < job.rows)
     with_rows<kPvRows - 1>(job.rows - r0, [&]<int R>() {
-      pv_micro<R, Vecs, Rescale>(job.scores + r0 * kBlockK, v, width, dvp, col0,
-                                 job.row_scale + r0, job.out + r0 * dvp);
+      pv_micro<R, Vecs, Rescale>(job.scores + r0 * kBlockK, v, width, dvp, col0, job.row_scale + r0,
+                                 job.out + r0 * dvp);
     });
 }
 
@@ -170,5 +171,7 @@ void attend_tile(const TileJob& job) {
 }  // namespace tileattn::detail::TILEATTN_ISA_NAMESPACE
 
 namespace tileattn::detail {
-TileKernel TILEATTN_KERNEL_GETTER() { return &TILEATTN_ISA_NAMESPACE::attend_tile; }
+TileKernel TILEATTN_KERNEL_GETTER() {
+  return &TILEATTN_ISA_NAMESPACE::attend_tile;
+}
 }  // namespace tileattn::detail

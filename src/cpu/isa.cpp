@@ -37,7 +37,7 @@ CpuIsa detect_cpu_isa() noexcept {
   if (!osxsave) return CpuIsa::portable;
   std::uint32_t xcr0_lo = 0, xcr0_hi = 0;
   __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  const bool os_avx = (xcr0_lo & 0x6u) == 0x6u;              // XMM + YMM state
+  const bool os_avx = (xcr0_lo & 0x6u) == 0x6u;                 // XMM + YMM state
   const bool os_avx512 = os_avx && (xcr0_lo & 0xe0u) == 0xe0u;  // opmask + ZMM state
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return CpuIsa::portable;
   const bool avx2 = (ebx >> 5) & 1u;

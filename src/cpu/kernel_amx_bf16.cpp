@@ -87,8 +87,7 @@ void scores_block(const TileJob& job, const std::uint16_t* k_block) {
       _tile_zero(2);
       _tile_zero(3);
       // A: Q rows r0.., 32 d per chunk. B: pair rows of 16 d-pairs, columns c0.. (2 values each).
-      multiply_32x32(q + r0 * dp, dp, 32, k_block + c0 * 2, kBlockK * 2, 16 * kBlockK * 2,
-                     dp / 32);
+      multiply_32x32(q + r0 * dp, dp, 32, k_block + c0 * 2, kBlockK * 2, 16 * kBlockK * 2, dp / 32);
       store_32x32(job.scores + r0 * kBlockK + c0, kBlockK);
     }
 }
@@ -131,5 +130,7 @@ void attend_tile(const TileJob& job) {
 }  // namespace tileattn::detail::isa_amx_bf16
 
 namespace tileattn::detail {
-TileKernel cpu_tile_kernel_amx_bf16() { return &isa_amx_bf16::attend_tile; }
+TileKernel cpu_tile_kernel_amx_bf16() {
+  return &isa_amx_bf16::attend_tile;
+}
 }  // namespace tileattn::detail

@@ -33,7 +33,9 @@ inline __m512bh pair_splat(const std::uint16_t* pair) {
   return (__m512bh)_mm512_set1_epi32(static_cast<int>(bits));
 }
 
-inline __m512bh load_pairs(const std::uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
+inline __m512bh load_pairs(const std::uint16_t* p) {
+  return (__m512bh)_mm512_loadu_si512(p);
+}
 
 // scores[r][c0 .. c0 + 32) for r < Rows. q: [pairs][block_q][2] offset to the first row;
 // k: [pairs][block_k][2].
@@ -103,8 +105,8 @@ void pv_columns(const TileJob& job, const std::uint16_t* v_block, std::int64_t c
   const std::int64_t dvp = job.dim_v_padded;
   std::int64_t r0 = 0;
   for (; r0 + kPvRows <= job.rows; r0 += kPvRows)
-    pv_micro<kPvRows, Vecs>(job.probs_bf16 + r0 * kBlockK, v_block, dvp, col0,
-                            job.row_scale + r0, job.out + r0 * dvp);
+    pv_micro<kPvRows, Vecs>(job.probs_bf16 + r0 * kBlockK, v_block, dvp, col0, job.row_scale + r0,
+                            job.out + r0 * dvp);
   if (r0 < job.rows)
     with_rows<kPvRows - 1>(job.rows - r0, [&]<int R>() {
       pv_micro<R, Vecs>(job.probs_bf16 + r0 * kBlockK, v_block, dvp, col0, job.row_scale + r0,
@@ -129,5 +131,7 @@ void attend_tile(const TileJob& job) {
 }  // namespace tileattn::detail::isa_avx512_bf16_dot
 
 namespace tileattn::detail {
-TileKernel cpu_tile_kernel_avx512_bf16_dot() { return &isa_avx512_bf16_dot::attend_tile; }
+TileKernel cpu_tile_kernel_avx512_bf16_dot() {
+  return &isa_avx512_bf16_dot::attend_tile;
+}
 }  // namespace tileattn::detail

@@ -16,7 +16,8 @@ template <int MaxRows, typename F>
 inline void with_rows(std::int64_t rows, F&& f) {
   [&]<int... R>(std::integer_sequence<int, R...>) {
     ((rows == R + 1 ? f.template operator()<R + 1>() : void()), ...);
-  }(std::make_integer_sequence<int, MaxRows>{});
+  }
+  (std::make_integer_sequence<int, MaxRows>{});
 }
 
 // Turns one row of raw dot products into log2-unit scores: scale, softcap, ALiBi, additive
@@ -44,8 +45,7 @@ void modify_row(const TileJob& job, std::int64_t r, std::int64_t key0, bool need
     }
     if (job.alibi_slope != 0.0f) {
       // |pos(i) - j| with j = key0 + c + lane.
-      const VecF distance =
-          vabs(sub(splat(alibi_pos - static_cast<float>(c)), lane_index()));
+      const VecF distance = vabs(sub(splat(alibi_pos - static_cast<float>(c)), lane_index()));
       s = sub(s, mul(alibi_slope_log2, distance));
     }
     if (needs_masking) s = mask_outside(s, key0 + c, first, last);
@@ -146,7 +146,7 @@ inline void softmax_rows(const TileJob& job, float multiplier) {
 
   // Folding the multiplier into the exponent's FMA rounds the product differently from the
   // maximum's, by up to half an ulp of the score: beyond ~2^20 that exceeds what exp2 can take
-  // (scores of 1e20 gave Inf). Such blocks are scaled first, with the maximum's own rounding.
+  // (scores of 1e20 would give Inf). Such blocks are scaled first, with the maximum's own rounding.
   // (Rows with nothing visible have base -FLT_MAX, which is excluded.)
   bool huge = false;
   if (multiplier != 1.0f)

@@ -8,8 +8,8 @@ void round_probabilities(const TileJob& job) {
     const float* src = job.scores + r * kBlockK;
     std::uint16_t* dst = job.probs_bf16 + r * kBlockK;
     for (std::int64_t c = 0; c < kBlockK; c += 32) {
-      const __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16),
-                                                _mm512_loadu_ps(src + c));
+      const __m512bh pair =
+          _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16), _mm512_loadu_ps(src + c));
       _mm512_storeu_si512(dst + c, (__m512i)pair);
     }
   }

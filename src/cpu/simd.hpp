@@ -19,36 +19,61 @@ struct VecF {
   static constexpr int lanes = 16;
   __m512 v;
 };
-inline VecF load(const float* p) { return {_mm512_loadu_ps(p)}; }
-inline void store(float* p, VecF a) { _mm512_storeu_ps(p, a.v); }
-inline VecF splat(float x) { return {_mm512_set1_ps(x)}; }
-inline VecF zero() { return {_mm512_setzero_ps()}; }
-inline VecF fma(VecF a, VecF b, VecF c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
-inline VecF mul(VecF a, VecF b) { return {_mm512_mul_ps(a.v, b.v)}; }
-inline VecF add(VecF a, VecF b) { return {_mm512_add_ps(a.v, b.v)}; }
-inline VecF sub(VecF a, VecF b) { return {_mm512_sub_ps(a.v, b.v)}; }
-inline VecF vmax(VecF a, VecF b) { return {_mm512_max_ps(a.v, b.v)}; }
-inline VecF vmin(VecF a, VecF b) { return {_mm512_min_ps(a.v, b.v)}; }
-inline VecF vabs(VecF a) { return {_mm512_abs_ps(a.v)}; }
+inline VecF load(const float* p) {
+  return {_mm512_loadu_ps(p)};
+}
+inline void store(float* p, VecF a) {
+  _mm512_storeu_ps(p, a.v);
+}
+inline VecF splat(float x) {
+  return {_mm512_set1_ps(x)};
+}
+inline VecF zero() {
+  return {_mm512_setzero_ps()};
+}
+inline VecF fma(VecF a, VecF b, VecF c) {
+  return {_mm512_fmadd_ps(a.v, b.v, c.v)};
+}
+inline VecF mul(VecF a, VecF b) {
+  return {_mm512_mul_ps(a.v, b.v)};
+}
+inline VecF add(VecF a, VecF b) {
+  return {_mm512_add_ps(a.v, b.v)};
+}
+inline VecF sub(VecF a, VecF b) {
+  return {_mm512_sub_ps(a.v, b.v)};
+}
+inline VecF vmax(VecF a, VecF b) {
+  return {_mm512_max_ps(a.v, b.v)};
+}
+inline VecF vmin(VecF a, VecF b) {
+  return {_mm512_min_ps(a.v, b.v)};
+}
+inline VecF vabs(VecF a) {
+  return {_mm512_abs_ps(a.v)};
+}
 inline VecF vround(VecF a) {
   return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
 }
 // 2^n for integral-valued n in [-127, 127]; n = -127 gives exactly 0.
 inline VecF pow2_int(VecF n) {
-  const __m512i bits = _mm512_slli_epi32(
-      _mm512_add_epi32(_mm512_cvtps_epi32(n.v), _mm512_set1_epi32(127)), 23);
+  const __m512i bits =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n.v), _mm512_set1_epi32(127)), 23);
   return {_mm512_castsi512_ps(bits)};
 }
-inline float reduce_max(VecF a) { return _mm512_reduce_max_ps(a.v); }
-inline float reduce_add(VecF a) { return _mm512_reduce_add_ps(a.v); }
+inline float reduce_max(VecF a) {
+  return _mm512_reduce_max_ps(a.v);
+}
+inline float reduce_add(VecF a) {
+  return _mm512_reduce_add_ps(a.v);
+}
 // Lanes where (first + lane) lies outside [lo, hi) become -inf.
 inline VecF mask_outside(VecF a, std::int64_t first, std::int64_t lo, std::int64_t hi) {
-  const __m512i idx = _mm512_add_epi32(
-      _mm512_set1_epi32(static_cast<int>(first)),
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-  const __mmask16 inside =
-      _mm512_cmpge_epi32_mask(idx, _mm512_set1_epi32(static_cast<int>(lo))) &
-      _mm512_cmplt_epi32_mask(idx, _mm512_set1_epi32(static_cast<int>(hi)));
+  const __m512i idx =
+      _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(first)),
+                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __mmask16 inside = _mm512_cmpge_epi32_mask(idx, _mm512_set1_epi32(static_cast<int>(lo))) &
+                           _mm512_cmplt_epi32_mask(idx, _mm512_set1_epi32(static_cast<int>(hi)));
   return {_mm512_mask_blend_ps(inside, _mm512_set1_ps(-__builtin_inff()), a.v)};
 }
 // Lane offsets 0, 1, 2, ... as floats.
@@ -61,7 +86,9 @@ inline VecF select_greater(VecF a, VecF b, VecF x, VecF y) {
   return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ), y.v, x.v)};
 }
 // Whether any lane of `a` is greater than that of `b`.
-inline bool any_greater(VecF a, VecF b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ) != 0; }
+inline bool any_greater(VecF a, VecF b) {
+  return _mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ) != 0;
+}
 // The first n (< lanes) floats at p, the other lanes `fill`; and the first n lanes stored to p.
 inline VecF load_first(const float* p, int n, float fill) {
   return {_mm512_mask_loadu_ps(_mm512_set1_ps(fill), static_cast<__mmask16>((1u << n) - 1), p)};
@@ -94,8 +121,7 @@ inline VecF reduce_rows(const VecF* v, Op op) {
 // k mod 16 in the low mantissa bits, which pick 2^(j / 16) from a 16-entry table (vpermps);
 // a cubic gives 2^f (Taylor, truncation < 1e-8) and vscalefps multiplies by 2^floor(k / 16).
 // Relative error <= 1.2e-7 on [-126, 0] (the other ISAs' degree-6 polynomial: 2.2e-7), with
-// four FMA-pipe operations instead of eight (10-30% faster alone on Zen 5; not measurable in the
-// kernel: docs/perf/cpu.md, session 19). Exactly 1 at 0; exact 0 below -126 and for -inf (the
+// four FMA-pipe operations instead of eight. Exactly 1 at 0; exact 0 below -126 and for -inf (the
 // zero-masked scalef), so no result is subnormal (no FP assists in P V); NaN stays NaN.
 inline VecF exp2_nonpositive(VecF x) {
   const __mmask16 normal = _mm512_cmp_ps_mask(x.v, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
@@ -109,10 +135,10 @@ inline VecF exp2_nonpositive(VecF x) {
       1.4768261909484863f, 1.5422108173370361f, 1.610490322113037f, 1.6817928552627563f,
       1.7562521696090698f, 1.8340080976486206f, 1.9152065515518188f);  // 2^(j / 16), rounded
   const __m512 t = _mm512_permutexvar_ps(_mm512_castps_si512(shifted), table);
-  __m512 p = _mm512_set1_ps(5.5504108664821580e-2f);  // ln(2)^3 / 6
+  __m512 p = _mm512_set1_ps(5.5504108664821580e-2f);                  // ln(2)^3 / 6
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));  // ln(2)^2 / 2
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));  // ln(2)
-  p = _mm512_mul_ps(p, f);                                             // 2^f - 1
+  p = _mm512_mul_ps(p, f);                                            // 2^f - 1
   return {_mm512_maskz_scalef_ps(normal, _mm512_fmadd_ps(t, p, t), k16)};
 }
 
@@ -122,16 +148,36 @@ struct VecF {
   static constexpr int lanes = 8;
   __m256 v;
 };
-inline VecF load(const float* p) { return {_mm256_loadu_ps(p)}; }
-inline void store(float* p, VecF a) { _mm256_storeu_ps(p, a.v); }
-inline VecF splat(float x) { return {_mm256_set1_ps(x)}; }
-inline VecF zero() { return {_mm256_setzero_ps()}; }
-inline VecF fma(VecF a, VecF b, VecF c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
-inline VecF mul(VecF a, VecF b) { return {_mm256_mul_ps(a.v, b.v)}; }
-inline VecF add(VecF a, VecF b) { return {_mm256_add_ps(a.v, b.v)}; }
-inline VecF sub(VecF a, VecF b) { return {_mm256_sub_ps(a.v, b.v)}; }
-inline VecF vmax(VecF a, VecF b) { return {_mm256_max_ps(a.v, b.v)}; }
-inline VecF vmin(VecF a, VecF b) { return {_mm256_min_ps(a.v, b.v)}; }
+inline VecF load(const float* p) {
+  return {_mm256_loadu_ps(p)};
+}
+inline void store(float* p, VecF a) {
+  _mm256_storeu_ps(p, a.v);
+}
+inline VecF splat(float x) {
+  return {_mm256_set1_ps(x)};
+}
+inline VecF zero() {
+  return {_mm256_setzero_ps()};
+}
+inline VecF fma(VecF a, VecF b, VecF c) {
+  return {_mm256_fmadd_ps(a.v, b.v, c.v)};
+}
+inline VecF mul(VecF a, VecF b) {
+  return {_mm256_mul_ps(a.v, b.v)};
+}
+inline VecF add(VecF a, VecF b) {
+  return {_mm256_add_ps(a.v, b.v)};
+}
+inline VecF sub(VecF a, VecF b) {
+  return {_mm256_sub_ps(a.v, b.v)};
+}
+inline VecF vmax(VecF a, VecF b) {
+  return {_mm256_max_ps(a.v, b.v)};
+}
+inline VecF vmin(VecF a, VecF b) {
+  return {_mm256_min_ps(a.v, b.v)};
+}
 inline VecF vabs(VecF a) {
   return {_mm256_andnot_ps(_mm256_set1_ps(-0.0f), a.v)};
 }
@@ -139,8 +185,8 @@ inline VecF vround(VecF a) {
   return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
 }
 inline VecF pow2_int(VecF n) {
-  const __m256i bits = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n.v), _mm256_set1_epi32(127)), 23);
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n.v), _mm256_set1_epi32(127)), 23);
   return {_mm256_castsi256_ps(bits)};
 }
 inline float reduce_max(VecF a) {
@@ -217,15 +263,17 @@ inline VecF splat(float x) {
   for (int i = 0; i < 8; ++i) r.v[i] = x;
   return r;
 }
-inline VecF zero() { return splat(0.0f); }
-#define TILEATTN_LANEWISE(name, expr)  \
-  inline VecF name(VecF a, VecF b) {   \
-    VecF r;                            \
-    for (int i = 0; i < 8; ++i) {      \
+inline VecF zero() {
+  return splat(0.0f);
+}
+#define TILEATTN_LANEWISE(name, expr)     \
+  inline VecF name(VecF a, VecF b) {      \
+    VecF r;                               \
+    for (int i = 0; i < 8; ++i) {         \
       const float x = a.v[i], y = b.v[i]; \
-      r.v[i] = (expr);                 \
-    }                                  \
-    return r;                          \
+      r.v[i] = (expr);                    \
+    }                                     \
+    return r;                             \
   }
 TILEATTN_LANEWISE(mul, x* y)
 TILEATTN_LANEWISE(add, x + y)
@@ -376,9 +424,9 @@ inline VecF softcap(VecF x, float cap, float two_log2e_over_cap) {
   VecF r;
 #if defined(__AVX512F__)
   r.v = _mm512_div_ps(t.v, denom.v);
-  r.v = _mm512_castsi512_ps(_mm512_or_si512(
-      _mm512_castps_si512(r.v),
-      _mm512_and_si512(_mm512_castps_si512(x.v), _mm512_set1_epi32(INT32_MIN))));
+  r.v = _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_castps_si512(r.v),
+                      _mm512_and_si512(_mm512_castps_si512(x.v), _mm512_set1_epi32(INT32_MIN))));
 #elif defined(__AVX2__)
   r.v = _mm256_div_ps(t.v, denom.v);
   r.v = _mm256_or_ps(r.v, _mm256_and_ps(x.v, _mm256_set1_ps(-0.0f)));

@@ -6,7 +6,9 @@
 
 namespace tileattn::detail {
 
-constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) {
+  return (x + m - 1) / m * m;
+}
 
 // The two kernel families and their packed layouts.
 //   f32: K transposed into panels of [D][k_panel] f32, V into panels of [block_k][v_panel] f32,
@@ -19,12 +21,12 @@ constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m 
 enum class KernelFamily { f32, amx, bf16_dot };
 
 struct CpuTileConfig {
-  std::int64_t block_q;  // query rows per work item (one thread's Q tile)
-  std::int64_t block_k;  // keys per streamed K/V block
-  std::int64_t d_align;  // D padded to a multiple of this in packed K and the Q tile
-  std::int64_t dv_align; // Dv padded to a multiple of this in packed V and the O tile
-  std::int64_t k_panel;  // f32: keys per contiguous panel of packed K (fixed across ISAs)
-  std::int64_t v_panel;  // f32: Dv columns per contiguous panel of packed V
+  std::int64_t block_q;   // query rows per work item (one thread's Q tile)
+  std::int64_t block_k;   // keys per streamed K/V block
+  std::int64_t d_align;   // D padded to a multiple of this in packed K and the Q tile
+  std::int64_t dv_align;  // Dv padded to a multiple of this in packed V and the O tile
+  std::int64_t k_panel;   // f32: keys per contiguous panel of packed K (fixed across ISAs)
+  std::int64_t v_panel;   // f32: Dv columns per contiguous panel of packed V
   // Budget for K/V packed at once: heads are packed in groups up to this size so that small
   // heads still give every thread work, while one huge head costs only its own packed copy.
   std::int64_t pack_budget_bytes;
@@ -39,8 +41,10 @@ constexpr CpuTileConfig cpu_tile_config(KernelFamily family = KernelFamily::f32)
 // f32 family: rows per Q group = rows of the Q·Kᵀ micro-tile for vectors of `lanes` floats. A
 // micro-tile's broadcasts then come from group·4 contiguous bytes per d (the whole group is
 // group·D·4 bytes) instead of one cache line per d spread over the whole Q tile: with 32 KiB of
-// L1 (Zen 3) the [D][block_q] tile and a K panel did not fit together.
-constexpr std::int64_t f32_q_group_rows(int lanes) { return lanes == 16 ? 14 : 3; }
+// L1 (Zen 3) the [D][block_q] tile and a K panel do not fit together.
+constexpr std::int64_t f32_q_group_rows(int lanes) {
+  return lanes == 16 ? 14 : 3;
+}
 static_assert(cpu_tile_config().block_q % f32_q_group_rows(16) == 0 &&
                   cpu_tile_config().block_q % f32_q_group_rows(8) == 0,
               "the Q tile holds whole groups");
@@ -54,11 +58,15 @@ struct CpuBackwardConfig {
   std::int64_t pack_budget_bytes;
 };
 
-constexpr CpuBackwardConfig cpu_backward_config() { return {48, 64, 16, 32ll << 20}; }
+constexpr CpuBackwardConfig cpu_backward_config() {
+  return {48, 64, 16, 32ll << 20};
+}
 
 // The backward's transposed Q and dO tiles are packed in groups of the S / dP micro-tile's rows
 // (each [D][rows]), for the same reason as f32_q_group_rows.
-constexpr std::int64_t f32_bwd_group_rows(int lanes) { return lanes == 16 ? 12 : 3; }
+constexpr std::int64_t f32_bwd_group_rows(int lanes) {
+  return lanes == 16 ? 12 : 3;
+}
 static_assert(cpu_backward_config().block_q % f32_bwd_group_rows(16) == 0 &&
                   cpu_backward_config().block_q % f32_bwd_group_rows(8) == 0,
               "the backward's Q tile holds whole groups");

@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/flash_bwd_params.hpp"
 #include "cuda/cuda_forward.hpp"
 #include "cuda/cuda_host.hpp"
+#include "cuda/f32/f32_host.hpp"
 #include "cuda/sm80/flash_bwd_launch.hpp"
-#include "cuda/sm80/flash_bwd_params.hpp"
-#include "cuda/sm80/flash_fwd_config.hpp"
+#include "cuda/sm80/tile_config.hpp"
 #include "cuda/sm90/flash_bwd_sm90_launch.hpp"
+#include "cuda/sm90/tile_config.hpp"
 
 namespace tileattn::detail {
 namespace {
@@ -119,24 +121,39 @@ BackwardPlan plan_backward(const AttnBackwardParams& p) {
   return b;
 }
 
-}  // namespace
-
-std::size_t cuda_backward_workspace_bytes(const AttnBackwardParams& p) {
-  return plan_backward(p).bytes;
+// A caller's workspace (Context::cuda_workspace) must hold `needed` bytes, 256-byte aligned.
+void check_given_workspace(const void* given, std::size_t given_bytes, std::size_t needed) {
+  if (given == nullptr) return;
+  if (given_bytes < needed)
+    throw Error("tileattn: argument 'ctx.cuda_workspace': " + std::to_string(given_bytes) +
+                " bytes given, the call needs " + std::to_string(needed));
+  if (reinterpret_cast<std::uintptr_t>(given) % 256 != 0)
+    throw Error("tileattn: argument 'ctx.cuda_workspace': must be 256-byte aligned");
 }
 
-void cuda_flash_backward(const AttnBackwardParams& p, void* stream, void* given_workspace,
-                         std::size_t given_bytes) {
+bool runs_f32_kernels(const AttnBackwardParams& p, bool f32_via_bf16) {
+  return p.dtype == DType::f32 && !f32_via_bf16;
+}
+
+}  // namespace
+
+std::size_t cuda_backward_workspace_bytes(const AttnBackwardParams& p, bool f32_via_bf16) {
+  return runs_f32_kernels(p, f32_via_bf16) ? cuda_f32_backward_workspace_bytes(p)
+                                           : plan_backward(p).bytes;
+}
+
+void cuda_flash_backward(const AttnBackwardParams& p, void* stream, bool f32_via_bf16,
+                         void* given_workspace, std::size_t given_bytes) {
+  if (runs_f32_kernels(p, f32_via_bf16)) {
+    check_given_workspace(given_workspace, given_bytes, cuda_f32_backward_workspace_bytes(p));
+    return cuda_f32_backward(p, stream, given_workspace);
+  }
   const BackwardPlan plan = plan_backward(p);
   const int bucket = plan.bucket;
   const cuda::BwdTileConfig cfg = plan.cfg;
   const std::int64_t len_q_padded = plan.len_q_padded;
   const std::int64_t workspace_rows = plan.workspace_rows;
-  if (given_workspace != nullptr && given_bytes < plan.bytes)
-    throw Error("tileattn: argument 'ctx.cuda_workspace': " + std::to_string(given_bytes) +
-                " bytes given, the call needs " + std::to_string(plan.bytes));
-  if (reinterpret_cast<std::uintptr_t>(given_workspace) % 256 != 0)
-    throw Error("tileattn: argument 'ctx.cuda_workspace': must be 256-byte aligned");
+  check_given_workspace(given_workspace, given_bytes, plan.bytes);
 
   cuda::FlashBwdParams k{};
   // The block sizes of the kernel that runs: query blocks (num_m_blocks) and key blocks.

@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/flash_fwd_params.hpp"
 #include "cuda/cuda_forward.hpp"
 #include "cuda/cuda_host.hpp"
-#include "cuda/sm80/flash_fwd_config.hpp"
+#include "cuda/f32/f32_host.hpp"
 #include "cuda/sm80/flash_fwd_launch.hpp"
-#include "cuda/sm80/flash_fwd_params.hpp"
+#include "cuda/sm80/tile_config.hpp"
 #include "cuda/sm90/flash_fwd_sm90_launch.hpp"
+#include "cuda/sm90/tile_config.hpp"
 
 namespace tileattn::detail {
 namespace {
@@ -65,8 +67,9 @@ cudaError_t try_sm90(const AttnParams& p, bool general, cudaStream_t stream) {
 
 }  // namespace
 
-void cuda_flash_forward(const AttnParams& p, void* stream) {
+void cuda_flash_forward(const AttnParams& p, void* stream, bool f32_via_bf16) {
   if (p.len_q == 0) return;
+  if (p.dtype == DType::f32 && !f32_via_bf16) return cuda_f32_forward(p, stream);
   const int bucket = cuda::head_dim_bucket(static_cast<int>(std::max(p.dim, p.dim_v)));
   const cuda::TileConfig cfg = cuda::tile_config(bucket);
   const std::int64_t m_blocks = (p.len_q + cfg.block_m - 1) / cfg.block_m;

@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "api/params.hpp"
-#include "cuda/sm80/flash_fwd_params.hpp"
+#include "common/params.hpp"
+#include "cuda/common/flash_fwd_params.hpp"
 
 namespace tileattn::detail {
 

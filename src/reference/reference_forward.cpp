@@ -29,7 +29,8 @@ void store_rows(void* base, DType dtype, std::int64_t offset0, std::int64_t row_
                 std::int64_t rows, std::int64_t cols, const double* src) {
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c)
-      store_from_f32(base, dtype, offset0 + r * row_stride + c, static_cast<float>(src[r * cols + c]));
+      store_from_f32(base, dtype, offset0 + r * row_stride + c,
+                     static_cast<float>(src[r * cols + c]));
 }
 
 // dk and dv of one (batch, kv head): the sum over the query heads of its group.

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
-#include "api/score_mods.hpp"
 #include "common/float_convert.hpp"
 #include "common/philox.hpp"
+#include "common/score_mods.hpp"
 
 namespace tileattn::detail {
 namespace {

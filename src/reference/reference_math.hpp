@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "api/params.hpp"
+#include "common/params.hpp"
 
 namespace tileattn::detail {
 
@@ -14,9 +14,9 @@ namespace tileattn::detail {
 struct HeadInputs {
   std::vector<double> q, k, v, dout;
 };
-// Reads one head's operands from the tensors of `p` (dout only when `dout` is given).
+// Reads one head's operands from the tensors of `p` (dout only when `grad` is given).
 HeadInputs load_head(const AttnParams& p, std::int64_t b, std::int64_t h,
-                     const AttnBackwardParams* dout = nullptr);
+                     const AttnBackwardParams* grad = nullptr);
 
 // out [Lq][Dv] (dropout applied) and lse [Lq] (-inf for a fully masked row).
 void head_forward(const AttnParams& p, std::int64_t b, std::int64_t h, const HeadInputs& in,

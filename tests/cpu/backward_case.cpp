@@ -75,9 +75,9 @@ GradientResult run_backward_case(const Case& c, DType dtype, CpuIsa isa, bool de
   SCOPED_TRACE(describe(args));
   const NaiveGradients naive = naive_attention_backward(args);
   // (Only the 16-bit bounds use it; f32 storage is bounded against the reference alone.)
-  const NaiveGradients naive_given_out = dtype == DType::f32
-                                             ? NaiveGradients{}
-                                             : naive_attention_backward(args, NaiveDelta::given_out);
+  const NaiveGradients naive_given_out =
+      dtype == DType::f32 ? NaiveGradients{}
+                          : naive_attention_backward(args, NaiveDelta::given_out);
 
   const std::vector<std::uint8_t> inputs[] = {problem.q.bytes(), problem.k.bytes(),
                                               problem.v.bytes(), bp.out.bytes(),
@@ -103,7 +103,8 @@ GradientResult run_backward_case(const Case& c, DType dtype, CpuIsa isa, bool de
 
   const HostTensor* after[] = {&problem.q, &problem.k, &problem.v, &bp.out, &bp.lse, &bp.dout};
   const char* names[] = {"q", "k", "v", "out", "lse", "dout"};
-  for (int n = 0; n < 6; ++n) EXPECT_EQ(after[n]->bytes(), inputs[n]) << names[n] << " was modified";
+  for (int n = 0; n < 6; ++n)
+    EXPECT_EQ(after[n]->bytes(), inputs[n]) << names[n] << " was modified";
 
   const struct {
     const char* name;
@@ -132,12 +133,13 @@ GradientResult run_backward_case(const Case& c, DType dtype, CpuIsa isa, bool de
     if (dtype == DType::f32) {
       EXPECT_LE(check.stats.rel_l2, kF32RelL2) << check.stats.str();
     } else {
-      const ErrorStats own_stats = rounded_out ? compare(check.own.to_f32(), reference) : check.stats;
+      const ErrorStats own_stats =
+          rounded_out ? compare(check.own.to_f32(), reference) : check.stats;
       own_rel_l2[index] = own_stats.rel_l2;
       EXPECT_EQ(own_stats.nonfinite, 0) << own_stats.str();
       EXPECT_LE(own_stats.rel_l2, kNaiveFactor * check.naive_stats.rel_l2 + kRelL2Epsilon)
-          << "kernel (exact out): " << own_stats.str() << "\nnaive same-precision: "
-          << check.naive_stats.str();
+          << "kernel (exact out): " << own_stats.str()
+          << "\nnaive same-precision: " << check.naive_stats.str();
       const ErrorStats given_out_stats = compare(check.naive_given_out, reference);
       given_out_naive_rel_l2[index] = given_out_stats.rel_l2;
       EXPECT_LE(check.stats.rel_l2, kNaiveFactor * given_out_stats.rel_l2 + kRelL2Epsilon)

@@ -7,8 +7,8 @@
 #include <limits>
 #include <string>
 
-#include "api/score_mods.hpp"
 #include "api/validate.hpp"
+#include "common/score_mods.hpp"
 
 namespace tileattn::test {
 namespace {
@@ -28,7 +28,7 @@ float garbage(Rng& rng, bool finite_too) {
 }  // namespace
 
 const char* to_string(Poison p) {
-  return p == Poison::masked_keys ? "masked_keys" : "anywhere";
+  return p == Poison::masked_keys ? "masked_keys" : p == Poison::anywhere ? "anywhere" : "values";
 }
 
 void poison_inputs(Problem& pb, HostTensor* dout, Poison mode, Rng& rng) {
@@ -54,6 +54,10 @@ void poison_inputs(Problem& pb, HostTensor* dout, Poison mode, Rng& rng) {
           continue;
         }
         if (!pick(rng)) continue;
+        if (mode == Poison::values) {
+          pb.v.set(at(b, j, hk, dim_v(rng), c.Lk, c.Hkv, pb.Dv), garbage(rng, false));
+          continue;
+        }
         if (std::bernoulli_distribution(0.5)(rng))
           pb.k.set(at(b, j, hk, dim(rng), c.Lk, c.Hkv, c.D), garbage(rng, false));
         else

@@ -13,6 +13,7 @@ namespace tileattn::test {
 enum class Poison : std::uint8_t {
   masked_keys,  // only keys that no row of any head of their group may see: results unchanged
   anywhere,     // random keys, query rows (and, backward, dout rows), visible or not
+  values,       // one V element (NaN or +-Inf) of random keys, visible to some rows or not
 };
 const char* to_string(Poison p);
 

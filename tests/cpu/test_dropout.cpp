@@ -2,8 +2,8 @@
 // statistics of the decision, the documented (seed, offset, b, h, i, j) mapping, and that the
 // forward and backward of every CPU path and of the reference drop exactly the documented
 // elements (one-hot values make the forward's output show the keep mask).
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -24,9 +24,13 @@ TEST(Philox, KnownAnswers) {  // Random123's kat_vectors, philox4x32 with 10 rou
     Philox4x32 expected;
   } cases[] = {
       {{{0, 0, 0, 0}}, 0, 0, {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}}},
-      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff,
+      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+       0xffffffff,
+       0xffffffff,
        {{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}}},
-      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0,
+      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+       0xa4093822,
+       0x299f31d0,
        {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}},
   };
   for (const auto& c : cases) {
@@ -86,8 +90,10 @@ TEST(Dropout, DocumentedMapping) {
   const DropoutParams d = dropout_params(0.5, seed, offset, 5);
   // Words of (b, h, i, j) come from counter (j / 4, i, lo(s), hi(s)), s = offset + b * Hq + h,
   // key (lo(seed), hi(seed)); word j % 4 decides.
-  for (const auto [b, h, i, j] : {std::array<std::int64_t, 4>{0, 0, 0, 0}, {1, 3, 17, 258},
-                                   {3, 4, 1000, 7}, {2, 0, 5, 4095}}) {
+  for (const auto [b, h, i, j] : {std::array<std::int64_t, 4>{0, 0, 0, 0},
+                                  {1, 3, 17, 258},
+                                  {3, 4, 1000, 7},
+                                  {2, 0, 5, 4095}}) {
     const std::uint64_t s = offset + static_cast<std::uint64_t>(b * 5 + h);
     const Philox4x32 words = detail::philox4x32_10(
         {{static_cast<std::uint32_t>(j / 4), static_cast<std::uint32_t>(i),
@@ -111,8 +117,7 @@ TEST(Dropout, DocumentedMapping) {
 struct MaskProblem {
   Case c;
   Problem problem;
-  explicit MaskProblem(Rng& rng, float p)
-      : c(make_case(p)), problem(c, DType::f32, rng) {
+  explicit MaskProblem(Rng& rng, float p) : c(make_case(p)), problem(c, DType::f32, rng) {
     problem.q.fill(0.0f);
     for (std::int64_t n = 0; n < problem.v.numel(); ++n)  // [B, Lk, Hkv, Dv]
       problem.v.set(n, n % c.Dv == n / (c.Dv * c.Hkv) % c.Lk ? 1.0f : 0.0f);
@@ -134,8 +139,10 @@ TEST(Dropout, ForwardDropsTheDocumentedElements) {
   const Case& c = mp.c;
   const DropoutParams d = mp.params();
   for (const auto& [backend, isa] : {std::pair{Backend::reference, CpuIsa::best},
-                                     {Backend::cpu, CpuIsa::best}, {Backend::cpu, CpuIsa::avx512},
-                                     {Backend::cpu, CpuIsa::avx2}, {Backend::cpu, CpuIsa::portable}}) {
+                                     {Backend::cpu, CpuIsa::best},
+                                     {Backend::cpu, CpuIsa::avx512},
+                                     {Backend::cpu, CpuIsa::avx2},
+                                     {Backend::cpu, CpuIsa::portable}}) {
     HostTensor out = mp.problem.make_out();
     Context ctx{backend, 2, isa};
     attention_forward(mp.problem.args(out, nullptr), ctx);

@@ -79,8 +79,10 @@ std::vector<Case> backward_cases() {
     c.B = 2, c.Lq = c.Lk = 60, c.Hq = 2, c.Hkv = 2, c.alibi = Alibi::batch_heads, c.causal = true;
   });
   add("scale_negative", [](Case& c) { c.Lq = c.Lk = 50, c.D = 64, c.scale = -0.3f; });
-  add("dropout", [](Case& c) { c.B = 2, c.Lq = 70, c.Lk = 90, c.Hq = 4, c.Hkv = 2, c.dropout = 0.2f; });
-  add("dropout_causal_high", [](Case& c) { c.Lq = c.Lk = 100, c.causal = true, c.dropout = 0.75f; });
+  add("dropout",
+      [](Case& c) { c.B = 2, c.Lq = 70, c.Lk = 90, c.Hq = 4, c.Hkv = 2, c.dropout = 0.2f; });
+  add("dropout_causal_high",
+      [](Case& c) { c.Lq = c.Lk = 100, c.causal = true, c.dropout = 0.75f; });
 
   add("gqa_2", [](Case& c) { c.B = 2, c.Lq = c.Lk = 70, c.Hq = 4, c.Hkv = 2; });
   add("gqa_4", [](Case& c) { c.B = 2, c.Lq = c.Lk = 40, c.Hq = 8, c.Hkv = 2; });
@@ -117,8 +119,7 @@ class CpuBackward : public ::testing::TestWithParam<Param> {};
 
 TEST_P(CpuBackward, MatchesReference) {
   const auto& [isa, dtype, deterministic, c] = GetParam();
-  if (!isa_supported(isa))
-    GTEST_SKIP() << to_string(isa) << " is not supported by this CPU";
+  if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << " is not supported by this CPU";
   TILEATTN_TRACE_SEED();
   run_backward_case(c, dtype, isa, deterministic);
 }
@@ -129,13 +130,12 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
          (deterministic ? "_deterministic_" : "_") + c.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, CpuBackward,
-                         ::testing::Combine(::testing::Values(CpuIsa::avx512, CpuIsa::avx2,
-                                                              CpuIsa::portable),
-                                            ::testing::Values(DType::f32, DType::f16, DType::bf16),
-                                            ::testing::Bool(),
-                                            ::testing::ValuesIn(backward_cases())),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(
+    All, CpuBackward,
+    ::testing::Combine(::testing::Values(CpuIsa::avx512, CpuIsa::avx2, CpuIsa::portable),
+                       ::testing::Values(DType::f32, DType::f16, DType::bf16), ::testing::Bool(),
+                       ::testing::ValuesIn(backward_cases())),
+    param_name);
 
 // ---- Determinism ------------------------------------------------------------------------------
 

@@ -131,7 +131,8 @@ std::vector<Case> all_cases() {
     c.window_left = 30, c.mask = MaskKind::additive_full, c.key_lengths = KeyLengths::i64,
     c.softcap = 8.0f, c.alibi = Alibi::batch_heads, c.layout = Layout::padded;
   });
-  add("dropout", [](Case& c) { c.B = 2, c.Lq = 70, c.Lk = 90, c.Hq = 4, c.Hkv = 2, c.dropout = 0.3f; });
+  add("dropout",
+      [](Case& c) { c.B = 2, c.Lq = 70, c.Lk = 90, c.Hq = 4, c.Hkv = 2, c.dropout = 0.3f; });
   add("dropout_everything", [](Case& c) {
     c.B = 2, c.Lq = 47, c.Lk = 83, c.Hq = 2, c.Hkv = 1, c.D = 40, c.causal = true,
     c.window_left = 30, c.mask = MaskKind::bool_full, c.key_lengths = KeyLengths::i32,

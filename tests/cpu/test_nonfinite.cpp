@@ -33,7 +33,7 @@ TEST_P(CpuNonFinite, ForwardMatchesReferenceRules) {
   TILEATTN_TRACE_SEED();
   const Case& c = GetParam();
   Rng rng = make_rng();
-  for (Poison mode : {Poison::masked_keys, Poison::anywhere})
+  for (Poison mode : {Poison::masked_keys, Poison::anywhere, Poison::values})
     for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
       SCOPED_TRACE(std::string(to_string(mode)) + " " + to_string(dtype));
       Problem pb(c, dtype, rng);
@@ -66,7 +66,7 @@ TEST_P(CpuNonFinite, BackwardMatchesReferenceRules) {
   TILEATTN_TRACE_SEED();
   const Case& c = GetParam();
   Rng rng = make_rng();
-  for (Poison mode : {Poison::masked_keys, Poison::anywhere})
+  for (Poison mode : {Poison::masked_keys, Poison::anywhere, Poison::values})
     for (DType dtype : {DType::f32, DType::bf16}) {
       SCOPED_TRACE(std::string(to_string(mode)) + " " + to_string(dtype));
       Problem pb(c, dtype, rng);

@@ -79,7 +79,8 @@ TEST_P(ReferenceGradients, MatchFiniteDifferences) {
         const char* name;
         std::vector<double> HeadInputs::*tensor;
         const std::vector<double>& analytic;
-      } grads[] = {{"dq", &HeadInputs::q, dq}, {"dk", &HeadInputs::k, dk}, {"dv", &HeadInputs::v, dv}};
+      } grads[] = {
+          {"dq", &HeadInputs::q, dq}, {"dk", &HeadInputs::k, dk}, {"dv", &HeadInputs::v, dv}};
       for (const auto& g : grads) {
         double max_error = 0.0, max_grad = 0.0;
         std::size_t worst = 0;
@@ -107,7 +108,9 @@ TEST_P(ReferenceGradients, MatchFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ReferenceGradients, ::testing::ValuesIn(tiny_cases()),
-                         [](const ::testing::TestParamInfo<Case>& param) { return param.param.name; });
+                         [](const ::testing::TestParamInfo<Case>& param) {
+                           return param.param.name;
+                         });
 
 // GQA: dk and dv of a kv head are the sums over its query heads. Checked against the same
 // problem as multi-head attention with each kv head replicated for its group (both backends).

@@ -25,11 +25,11 @@ struct Level {
 };
 
 std::vector<Level> levels() {
-  return {{"avx512", exp2_probe_avx512,
-           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")},
-          {"avx2", exp2_probe_avx2,
-           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")},
-          {"portable", exp2_probe_portable, true}};
+  return {
+      {"avx512", exp2_probe_avx512,
+       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")},
+      {"avx2", exp2_probe_avx2, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")},
+      {"portable", exp2_probe_portable, true}};
 }
 
 std::vector<float> run(Probe probe, std::vector<float> in) {
@@ -76,8 +76,8 @@ TEST(CpuExp2, Avx512GivesZeroBelowTheNormalRangeAndKeepsNan) {
   const Level avx512 = levels()[0];
   if (!avx512.supported) GTEST_SKIP() << "no AVX-512 on this CPU";
   const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> out = run(avx512.probe, {-126.5f, -140.0f, -1e30f, -inf,
-                                                    std::numeric_limits<float>::quiet_NaN()});
+  const std::vector<float> out =
+      run(avx512.probe, {-126.5f, -140.0f, -1e30f, -inf, std::numeric_limits<float>::quiet_NaN()});
   for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], 0.0f) << "input " << i;  // never subnormal
   EXPECT_TRUE(std::isnan(out[4]));
 }

@@ -5,9 +5,8 @@
 // forward), copied byte for byte to the device; the gradients are poisoned (NaN) there.
 // Tolerances (FlashAttention's rule): for 16-bit storage the kernel's own error (the reference's
 // exact out fed in) within 2x the naive same-precision backward's, and with the forward's 16-bit
-// out within 4x (delta = rowsum(dO o O) carries out's rounding); f32 storage runs with bf16
-// operands, takes out and lse from the CUDA forward, and must stay within 2x the naive bf16
-// backward's error on the same inputs.
+// out within 4x (delta = rowsum(dO o O) carries out's rounding); f32 storage (the f32 kernels)
+// takes out and lse from the CUDA forward and must stay within 2x the naive f32 backward's error.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -187,9 +186,8 @@ void run_cuda_backward_case(const Case& c, DType dtype, bool deterministic,
   const AttentionBackwardArgs host_args = bp.args(got, deterministic);
   SCOPED_TRACE(describe(host_args));
   DeviceProblem dev(bp);
-  // f32 storage runs with bf16 operands: the CPU forward's f32-exact lse would not match the
-  // probabilities the kernel recomputes (about 2^-8 relative per score), so out and lse come from
-  // the CUDA forward, as in a GPU training step.
+  // f32 storage: out and lse come from the CUDA forward, as in a GPU training step (the f32
+  // kernels' own forward and backward are exercised together).
   if (dtype == DType::f32) dev.forward_on_device(host_args);
   const DeviceGradients dev_got(got);
   run_on_device(dev.args(host_args, dev_got));
@@ -210,21 +208,13 @@ void run_cuda_backward_case(const Case& c, DType dtype, bool deterministic,
     dev_own.download(own);
   }
 
-  // The error bar: the naive backward at the storage precision (bf16 for f32 storage, which the
-  // kernel computes with bf16 operands; the same seed draws the same values).
+  // The error bar: the naive backward at the storage precision.
   NaiveGradients naive, naive_given_out;
   // (f32 storage with a 16-bit out is no case here: the device's out, from the CUDA forward,
   // would not be the host's.)
   ASSERT_FALSE(rounded_out && dtype == DType::f32);
   if (rounded_out) naive_given_out = naive_attention_backward(host_args, NaiveDelta::given_out);
-  if (dtype == DType::f32) {
-    Rng rng16 = make_rng();
-    const BackwardProblem bp16(c, DType::bf16, CpuIsa::best, rng16);
-    const BackwardProblem::Gradients g16 = bp16.make_gradients();
-    naive = naive_attention_backward(bp16.args(g16, false));
-  } else {
-    naive = naive_attention_backward(host_args);
-  }
+  naive = naive_attention_backward(host_args);
 
   const struct {
     const char* name;

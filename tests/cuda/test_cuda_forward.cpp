@@ -4,12 +4,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "cuda/sm90/flash_fwd_sm90_launch.hpp"
 #include "cuda_case.hpp"
 
 namespace tileattn::test {
@@ -243,11 +243,13 @@ TEST(CudaForwardApi, Small_RunsOnAStream) {
   TILEATTN_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-// Two persistent CTAs for every tile of a launch while in scope (TILEATTN_SM90_CTAS; the sm80
+// Two persistent CTAs for every tile of a launch while in scope (cuda::g_sm90_max_ctas; the sm80
 // kernels ignore it), so that each CTA runs many tiles in a row.
 struct TwoCtas {
-  TwoCtas() { setenv("TILEATTN_SM90_CTAS", "2", 1); }
-  ~TwoCtas() { unsetenv("TILEATTN_SM90_CTAS"); }
+  TwoCtas() { cuda::g_sm90_max_ctas.store(2); }
+  ~TwoCtas() { cuda::g_sm90_max_ctas.store(0); }
+  TwoCtas(const TwoCtas&) = delete;
+  TwoCtas& operator=(const TwoCtas&) = delete;
 };
 
 // Many tiles per CTA, with tiles of no key block (key length 0) in between, small enough for

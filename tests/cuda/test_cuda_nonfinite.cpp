@@ -1,6 +1,7 @@
 // Non-finite inputs on the CUDA backend against the reference's rules (docs/semantics.md,
 // "Non-finite values"), with the CPU suite's canaries (tests/cpu/nonfinite_case.hpp): NaN, Inf
-// and garbage in every masked-position class, and at random visible keys and queries.
+// and garbage in every masked-position class, at random visible keys and queries, and in V
+// anywhere.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -62,7 +63,7 @@ TEST_P(CudaNonFinite, ForwardMatchesReferenceRules) {
   const Case& c = GetParam();
   Rng rng = make_rng();
   const bool sm90 = sm90_forward_dispatch();
-  for (Poison mode : {Poison::masked_keys, Poison::anywhere})
+  for (Poison mode : {Poison::masked_keys, Poison::anywhere, Poison::values})
     for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
       if (sm90 && dtype != DType::f32) continue;
       SCOPED_TRACE(std::string(to_string(mode)) + " " + to_string(dtype));

@@ -8,9 +8,9 @@
 #include <limits>
 #include <sstream>
 
-#include "api/score_mods.hpp"
 #include "api/validate.hpp"
 #include "common/float_convert.hpp"
+#include "common/score_mods.hpp"
 
 namespace tileattn::test {
 namespace {

@@ -10,6 +10,10 @@
 // CTAs), while a section's pairs (chosen so that their rows fit in L2) still share their rows.
 #pragma once
 
+#include <cuda_runtime.h>
+
+#include "cuda/common/flash_bwd_params.hpp"
+
 namespace tileattn::cuda {
 
 struct BwdCta {
@@ -33,9 +37,9 @@ __host__ __device__ constexpr BwdCta bwd_cta_at(int bid, int num_n_blocks, int p
 // first across the whole GPU; powers of two divide the usual pair counts, and a short last
 // section can cost what the order gains), capped by how many pairs' rows read and written
 // through L2 (Q, dO and the f32 dQ rows of each query head of the pair: pair_bytes) fit in
-// l2_budget bytes, and by the pairs there are. 1 is the default order again. (H200, session 23:
-// sections of 128 or 256 CTAs measured best at L 2k..8k; 192 as slow as the default order, as
-// the list-scheduling simulation predicts; the whole grid sorted lost 3% at 2k, an L2 effect.)
+// l2_budget bytes, and by the pairs there are. 1 is the default order again. (Sections of 128
+// or 256 CTAs suit L 2k..8k on a 132-SM GPU; 192 is no better than the default order, as the
+// list-scheduling simulation predicts; sorting the whole grid loses the rows' L2 reuse.)
 constexpr int bwd_section_pairs(int pairs, int num_n_blocks, int sms, long long pair_bytes,
                                 long long l2_budget) {
   int wave = 1;
@@ -44,6 +48,24 @@ constexpr int bwd_section_pairs(int pairs, int num_n_blocks, int sms, long long 
   while (fit < pairs && static_cast<long long>(fit) * 2 * pair_bytes <= l2_budget) fit *= 2;
   const int section = wave < fit ? wave : fit;
   return section < pairs ? section : pairs;
+}
+
+// The section size of a backward launch (host): key blocks longest first within sections of
+// (chunk, KV head, batch) pairs where the work falls with the key block (a causal band: the right
+// edge bounded, the left one not), else the default order (0); not in deterministic mode (its
+// turns keep the default order). A section's rows budget: 32 MiB of the H200's 50 MiB L2.
+inline int bwd_section_pairs_for(const FlashBwdParams& p, int chunks, int bucket) {
+  const int pairs = chunks * p.heads_kv * p.batch;
+  if (p.dq_turn != nullptr || p.window_right < 0 || p.window_left >= 0) return 0;
+  const long long in_bytes = p.in_type == ElemType::f32 ? 4 : 2;
+  const long long do_bytes = p.dout_type == ElemType::f32 ? 4 : 2;
+  const long long row_bytes = in_bytes * p.dim + do_bytes * p.dim_v + 4LL * bucket;
+  const long long pair_bytes = row_bytes * p.heads_per_kv * p.len_q_padded / chunks;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 0;
+  return bwd_section_pairs(pairs, p.num_n_blocks, sms, pair_bytes, 32LL << 20);
 }
 
 }  // namespace tileattn::cuda

@@ -8,8 +8,8 @@
 //   flash_bwd_convert_dq  dq = scale * workspace, in dq's dtype and layout.
 // Both are memory-bound passes over B x Lq x H rows, so their cost does not shrink with the
 // sequence length as the main kernel's share does: at L = 2048 (16k tokens x 2048 channels)
-// scalar versions took 0.7 ms of a 2.6 ms call (docs/perf/gpu.md, session 11). The fast paths
-// move 16 bytes per load and store.
+// scalar versions take about a quarter of the call. The fast paths move 16 bytes per load and
+// store.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,7 +20,7 @@
 
 #include "cuda/common/dq_layout.cuh"
 #include "cuda/common/elements.cuh"
-#include "cuda/sm80/flash_bwd_params.hpp"
+#include "cuda/common/flash_bwd_params.hpp"
 
 namespace tileattn::cuda {
 

@@ -4,7 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include "cuda/sm80/flash_fwd_params.hpp"
+#include "cuda/common/flash_fwd_params.hpp"
 
 namespace tileattn::cuda {
 

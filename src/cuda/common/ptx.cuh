@@ -1,6 +1,7 @@
 // Thin wrappers over the PTX instructions the sm80 kernels are built from: tensor-core mma.sync
 // m16n8k16 (f16/bf16 in, f32 accumulate), ldmatrix (plain and transposed), cp.async with
-// commit/wait groups, and ex2.approx. Fragment layouts follow the PTX ISA ("Matrix fragments for
+// commit/wait groups, ex2.approx, shared-memory accesses, and the global vector reductions and
+// acquire loads of the backward kernels. Fragment layouts follow the PTX ISA ("Matrix fragments for
 // mma.m16n8k16"): with g = lane / 4 and t = lane % 4,
 //   A (16x16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
 //   B (16x8, col):  b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g)
@@ -116,6 +117,30 @@ __device__ __forceinline__ uint4 load_shared_v4u(std::uint32_t address) {
                : "r"(address)
                : "memory");
   return v;
+}
+
+// *address += (a, b, c, d): one 16-byte vector reduction (sm_90).
+__device__ __forceinline__ void red_add_v4(float* address, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "f"(a), "f"(b),
+               "f"(c), "f"(d)
+               : "memory");
+}
+
+// If pred, *address += (a, b, c, d): one 16-byte vector reduction (sm_90), predicated in the PTX
+// (with a C++ branch around it, ptxas recomputed each reduction's address inside the branch).
+__device__ __forceinline__ void red_add_v4_if(bool pred, float* address, float a, float b, float c,
+                                              float d) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " @p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(address),
+      "f"(a), "f"(b), "f"(c), "f"(d), "r"(static_cast<int>(pred))
+      : "memory");
+}
+
+__device__ __forceinline__ int load_acquire(const int* address) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  return value;
 }
 
 }  // namespace tileattn::cuda

@@ -1,6 +1,6 @@
 // The general score path shared by the sm80 and sm90 kernels (used when a mask, softcap or
 // ALiBi is present): one raw score Q_i . K_j becomes its base-2 logit, or -inf where the key is
-// not visible. Same order of operations as src/api/score_mods.hpp: scale, softcap, ALiBi bias,
+// not visible. Same order of operations as src/common/score_mods.hpp: scale, softcap, ALiBi bias,
 // additive mask; a false boolean mask entry or a key outside [first, last) hides the key.
 // Dropout (apply_dropout_pair) acts on the probabilities after the softmax.
 #pragma once
@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "common/philox.hpp"
+#include "cuda/common/flash_fwd_params.hpp"
 #include "cuda/common/poison.cuh"
-#include "cuda/sm80/flash_fwd_params.hpp"
 
 namespace tileattn::cuda {
 

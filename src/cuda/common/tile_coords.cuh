@@ -1,6 +1,6 @@
 // Where a query block sits: its (batch, head) and rows from the grid index, the batch entry's
 // valid key length, and the visible key range of a row. Shared by the sm80 and sm90 kernels;
-// the same definition as visible_keys() in src/api/params.hpp.
+// the same definition as visible_keys() in src/common/params.hpp.
 #pragma once
 
 #include <cmath>

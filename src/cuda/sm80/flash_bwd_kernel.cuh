@@ -14,236 +14,27 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/common/bwd_cta_order.cuh"
+#include "cuda/common/bwd_epilogue.cuh"
 #include "cuda/common/bwd_prepare_convert.cuh"
+#include "cuda/common/bwd_visibility.cuh"
 #include "cuda/common/dq_layout.cuh"
 #include "cuda/common/elements.cuh"
+#include "cuda/common/flash_bwd_params.hpp"
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/score_mods.cuh"
 #include "cuda/common/tile_coords.cuh"
-#include "cuda/sm80/flash_bwd_params.hpp"
-#include "cuda/sm80/flash_fwd_config.hpp"
+#include "cuda/sm80/flash_bwd_kernel_2d.cuh"
+#include "cuda/sm80/tile_config.hpp"
 #include "cuda/sm80/tile_io.cuh"
 
 namespace tileattn::cuda {
-
-// The query rows [lo, hi] that see key j (by causal/window/key length; the inverse of
-// TileCoords::visible), clamped to [0, len_q]; empty (lo > hi) for a key past the key length.
-struct KeyRowVisibility {
-  int lo, hi;
-  __device__ KeyRowVisibility(const FlashFwdParams& p, int j, int klen, std::int64_t diagonal) {
-    std::int64_t first = 0, last = p.len_q - 1;
-    if (p.window_right >= 0 && j - p.window_right - diagonal > first)
-      first = j - p.window_right - diagonal;
-    if (p.window_left >= 0 && j + p.window_left - diagonal < last)
-      last = j + p.window_left - diagonal;
-    if (j >= klen || first > last) first = INT_MAX, last = INT_MIN;
-    lo = static_cast<int>(first);
-    hi = static_cast<int>(last);
-  }
-  __device__ bool sees(int i) const { return lo <= i && i <= hi; }
-};
-
-// Which of a lane's query columns i0 + 8 nt + e (nt < kQTiles n8 tiles, e < 2: the lane's two
-// columns of each) a key row sees: bit 2 nt + e of the word is set iff the column is in the row's
-// range [lo, hi]. The columns increase with the bit index, so the set bits are one run, from the
-// number of columns below lo to the number below hi + 1; a step then masks an element with one
-// bit test instead of comparing its column with both bounds.
-template <int kQTiles>
-struct LaneColumnMask {
-  static_assert(2 * kQTiles <= 32, "a lane's columns of one key row fit one word");
-  int begin, end;  // [lo, hi + 1), or [0, 0) when empty: i0 - begin and i0 - end cannot overflow
-
-  __device__ explicit LaneColumnMask(const KeyRowVisibility& rows)
-      : begin(rows.lo <= rows.hi ? rows.lo : 0), end(rows.lo <= rows.hi ? rows.hi + 1 : 0) {}
-
-  // The number of the lane's columns below query row i0 + x.
-  static __device__ __forceinline__ unsigned columns_below(int x) {
-    x = min(max(x, 0), 8 * kQTiles);
-    return 2 * (x >> 3) + min(x & 7, 2);
-  }
-  // Bits n.. of a word (none for n >= 32).
-  static __device__ __forceinline__ unsigned bits_from(unsigned n) {
-    return __funnelshift_lc(0u, ~0u, n);
-  }
-  __device__ __forceinline__ unsigned bits(int i0) const {
-    return bits_from(columns_below(begin - i0)) & ~bits_from(columns_below(end - i0));
-  }
-};
-
-// The first key block (of kBlockN keys) that some row of query block m_block sees: key blocks
-// m_block's rows see form one contiguous range, so in deterministic mode key block n is the
-// (n - first)-th to add to that query block's dQ.
-template <int kBlockM, int kBlockN>
-__device__ int first_key_block_seen(const FlashFwdParams& p, int m_block, std::int64_t diagonal) {
-  if (p.window_left < 0) return 0;
-  const std::int64_t key = static_cast<std::int64_t>(m_block) * kBlockM - p.window_left + diagonal;
-  return key <= 0 ? 0 : static_cast<int>(key / kBlockN);
-}
-
-// The query blocks [begin, end) of kBlockM rows that see any key of the kBlockN keys from n0 (a
-// superset: elements are masked one by one): rows i with n0 - window_right <= i + diagonal <=
-// last key + window_left; empty for a key block at or past the key length.
-struct QueryBlockRange {
-  int begin, end;
-};
-template <int kBlockM, int kBlockN>
-__device__ QueryBlockRange query_blocks_seeing(const FlashFwdParams& p, int n0, int klen,
-                                               std::int64_t diagonal) {
-  QueryBlockRange range{0, 0};
-  if (n0 < klen) {
-    std::int64_t first = 0, last = p.len_q - 1;
-    const int last_key = min(n0 + kBlockN, klen) - 1;
-    if (p.window_right >= 0) first = max(first, n0 - p.window_right - diagonal);
-    if (p.window_left >= 0) last = min(last, last_key + p.window_left - diagonal);
-    if (first <= last) {
-      range.begin = static_cast<int>(first / kBlockM);
-      range.end = static_cast<int>(last / kBlockM) + 1;
-    }
-  }
-  return range;
-}
-
-// The backward's epilogue for one thread's two key rows n0 + key_row and + 8 (rows at or past
-// len_k are skipped): dK = scale * acc_dk and dV = acc_dv, columns col0 + 8 dt + 2t (+1) below
-// dim / dim_v, from m16n8 C fragments (elements 0-1: row key_row, 2-3: row + 8).
-template <int kTiles>
-__device__ void store_dk_dv_rows(const FlashBwdParams& p, const float (&acc_dk)[kTiles][4],
-                                 const float (&acc_dv)[kTiles][4], int b, int hk, int key_row,
-                                 int col0, int t) {
-  const std::int64_t dk_esize = p.dk_type == ElemType::f32 ? 4 : 2;
-  const std::int64_t dv_esize = p.dv_type == ElemType::f32 ? 4 : 2;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int j = key_row + 8 * hh;
-    if (j >= p.len_k) continue;
-    char* dk_row = static_cast<char*>(p.dk) +
-                   (b * p.dk_stride_b + hk * p.dk_stride_h + j * p.dk_stride_l) * dk_esize;
-    char* dv_row = static_cast<char*>(p.dv) +
-                   (b * p.dv_stride_b + hk * p.dv_stride_h + j * p.dv_stride_l) * dv_esize;
-#pragma unroll
-    for (int dt = 0; dt < kTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int d = col0 + dt * 8 + 2 * t + e;
-        if (d < p.dim) store_elem(dk_row, d, p.dk_type, acc_dk[dt][2 * hh + e] * p.scale);
-        if (d < p.dim_v) store_elem(dv_row, d, p.dv_type, acc_dv[dt][2 * hh + e]);
-      }
-  }
-}
-
-// The staged dK / dV epilogue, where dK and dV are 16-bit with rows in 16-byte chunks
-// (p.dkv_vector_stores), through shared memory that the CTA no longer reads: `stage` holds
-// kPitchBytes per key row, dV kDvOffset bytes after dK, and row r's 16-byte chunk c lies at
-// c ^ (r % 8), so that neither the fragment-order writes nor the row-order reads conflict.
-// stage_dk_dv writes a lane's fragments (rows key_row0 + 16 mt + 8 hh, stage chunks chunk0 + nt,
-// column 2t of each) as 16-bit pairs, dK times scale; after a barrier over the writers,
-// store_staged_dk_dv_rows stores kRows whole rows from row first_row of the stage (kCols columns
-// from global column col0) as 16-byte chunks, spread over kThreads threads. Session 24 (H200,
-// bf16, the sm80 2-D kernel, against store_dk_dv_rows): D 128 +3.0..11.5%, D 64 +1.1..8.3%,
-// the most at L 2k where a CTA runs 16..32 steps; 4-byte pair stores straight from the fragments
-// gained less (D 64 +0.7..5.6%; D 128, session 23: +2% at causal 2k, -2.4..-3.2% at 8k from a
-// spill reload in the step loop). The sm80 kernels' row loop is not unrolled (kUnrollRows):
-// unrolled, ptxas spilled 104 B in the 2-D kernel's D 64 loop.
-template <std::uint32_t kPitchBytes, std::uint32_t kDvOffset, int kMTiles, int kTiles>
-__device__ __forceinline__ void stage_dk_dv(const FlashBwdParams& p,
-                                            const float (&acc_dk)[kMTiles][kTiles][4],
-                                            const float (&acc_dv)[kMTiles][kTiles][4],
-                                            std::uint32_t stage, int key_row0, int chunk0, int t) {
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int r = key_row0 + 16 * mt + 8 * hh;
-#pragma unroll
-      for (int nt = 0; nt < kTiles; ++nt) {
-        const std::uint32_t at = stage + r * kPitchBytes + (((chunk0 + nt) ^ (r % 8)) * 16) + t * 4;
-        store_shared_u32(at, pack_pair16(p.dk_type, acc_dk[mt][nt][2 * hh] * p.scale,
-                                         acc_dk[mt][nt][2 * hh + 1] * p.scale));
-        store_shared_u32(at + kDvOffset,
-                         pack_pair16(p.dv_type, acc_dv[mt][nt][2 * hh], acc_dv[mt][nt][2 * hh + 1]));
-      }
-    }
-}
-
-template <int kCols, int kRows, int kThreads, std::uint32_t kPitchBytes, std::uint32_t kDvOffset,
-          bool kUnrollRows>
-__device__ __forceinline__ void store_staged_dk_dv_rows(const FlashBwdParams& p,
-                                                        std::uint32_t stage, int b, int hk, int n0,
-                                                        int col0, int first_row, int thread) {
-  constexpr int kChunks = kCols / 8;  // 16-byte chunks per staged row
-  static_assert(kChunks >= 8 && kChunks % 8 == 0, "c ^ (r % 8) stays inside the row");
-  const int dk_chunks = (p.dim - col0) / 8, dv_chunks = (p.dim_v - col0) / 8;  // may be <= 0
-  char* const dk_base =
-      static_cast<char*>(p.dk) + (b * p.dk_stride_b + hk * p.dk_stride_h + col0) * 2;
-  char* const dv_base =
-      static_cast<char*>(p.dv) + (b * p.dv_stride_b + hk * p.dv_stride_h + col0) * 2;
-  const auto store_chunk = [&](int w) {
-    const int r = first_row + w / kChunks, c = w % kChunks;
-    const std::int64_t j = n0 + r;  // the key row
-    if (j >= p.len_k) return;
-    const std::uint32_t at = stage + r * kPitchBytes + ((c ^ (r % 8)) * 16);
-    if (c < dk_chunks)
-      *reinterpret_cast<uint4*>(dk_base + (j * p.dk_stride_l + 8 * c) * 2) = load_shared_v4u(at);
-    if (c < dv_chunks)
-      *reinterpret_cast<uint4*>(dv_base + (j * p.dv_stride_l + 8 * c) * 2) =
-          load_shared_v4u(at + kDvOffset);
-  };
-  if constexpr (kUnrollRows) {
-#pragma unroll
-    for (int w = thread; w < kRows * kChunks; w += kThreads) store_chunk(w);
-  } else {
-#pragma unroll 1
-    for (int w = thread; w < kRows * kChunks; w += kThreads) store_chunk(w);
-  }
-}
-
-// Both steps for a whole CTA (the sm80 kernels): the caller has synchronised the CTA after its
-// last read of the stage.
-template <int kCols, int kRows, int kThreads, std::uint32_t kPitchBytes, std::uint32_t kDvOffset,
-          int kMTiles, int kTiles>
-__device__ __forceinline__ void stage_and_store_dk_dv(const FlashBwdParams& p,
-                                                      const float (&acc_dk)[kMTiles][kTiles][4],
-                                                      const float (&acc_dv)[kMTiles][kTiles][4],
-                                                      std::uint32_t stage, int b, int hk, int n0,
-                                                      int col0, int key_row0, int chunk0, int t) {
-  stage_dk_dv<kPitchBytes, kDvOffset>(p, acc_dk, acc_dv, stage, key_row0, chunk0, t);
-  __syncthreads();
-  store_staged_dk_dv_rows<kCols, kRows, kThreads, kPitchBytes, kDvOffset, false>(
-      p, stage, b, hk, n0, col0, 0, static_cast<int>(threadIdx.x));
-}
-
-// *address += (a, b, c, d): one 16-byte vector reduction (sm_90).
-__device__ __forceinline__ void red_add_v4(float* address, float a, float b, float c, float d) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "f"(a), "f"(b),
-               "f"(c), "f"(d)
-               : "memory");
-}
-
-// If pred, *address += (a, b, c, d): one 16-byte vector reduction (sm_90), predicated in the PTX
-// (with a C++ branch around it, ptxas recomputed each reduction's address inside the branch).
-__device__ __forceinline__ void red_add_v4_if(bool pred, float* address, float a, float b, float c,
-                                              float d) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-      " @p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(address),
-      "f"(a), "f"(b), "f"(c), "f"(d), "r"(static_cast<int>(pred))
-      : "memory");
-}
-
-__device__ __forceinline__ int load_acquire(const int* address) {
-  int value;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
-  return value;
-}
 
 template <typename T, int kBucket, bool kGeneral>
 __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
@@ -656,41 +447,6 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   store_dk_dv_rows(p, acc_dk, acc_dv, b, hk, n0 + key_row0, chunk * kAcc, t);
 }
 
-}  // namespace tileattn::cuda
-
-#include "cuda/sm80/flash_bwd_kernel_2d.cuh"
-
-namespace tileattn::cuda {
-
-// Whether the fast path at D 128 runs the two-dimensional warp tiles (flash_bwd_kernel_2d.cuh);
-// TILEATTN_SM80_BWD_2D=0 keeps the one-dimensional kernel (A/B runs).
-inline bool sm80_bwd_2d_enabled() {
-  const char* value = std::getenv("TILEATTN_SM80_BWD_2D");
-  return value == nullptr || value[0] != '0';
-}
-
-// The CTA order of the backward kernels (cuda/common/bwd_cta_order.cuh): key blocks longest
-// first within sections of (chunk, KV head, batch) pairs where the work falls with the key block
-// (a causal band: the right edge bounded, the left one not), else the default order; not in
-// deterministic mode (its turns keep the default order). A section's rows budget: 32 MiB of the
-// H200's 50 MiB L2. `env_name`=n forces sections of n pairs (0: the default order).
-inline int bwd_section_pairs_for(const FlashBwdParams& p, int chunks, int bucket,
-                                 const char* env_name) {
-  const int pairs = chunks * p.heads_kv * p.batch;
-  if (const char* value = std::getenv(env_name))
-    return std::atoi(value) > 0 ? std::min(std::atoi(value), pairs) : 0;
-  if (p.dq_turn != nullptr || p.window_right < 0 || p.window_left >= 0) return 0;
-  const long long in_bytes = p.in_type == ElemType::f32 ? 4 : 2;
-  const long long do_bytes = p.dout_type == ElemType::f32 ? 4 : 2;
-  const long long row_bytes = in_bytes * p.dim + do_bytes * p.dim_v + 4LL * bucket;
-  const long long pair_bytes = row_bytes * p.heads_per_kv * p.len_q_padded / chunks;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return 0;
-  return bwd_section_pairs(pairs, p.num_n_blocks, sms, pair_bytes, 32LL << 20);
-}
-
 // Enqueues the three kernels of one backward call on `stream` (the workspace in p is allocated;
 // the prepare kernel zeroes dq_accum); returns the first launch error.
 template <typename T, int kBucket, bool kGeneral>
@@ -702,12 +458,12 @@ cudaError_t launch_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
       static_cast<std::int64_t>(p.num_n_blocks) * cfg.chunks() * p.heads_kv * p.batch;
   if (ctas > 0) {
     FlashBwdParams ordered = p;
-    ordered.cta_section_pairs =
-        bwd_section_pairs_for(p, cfg.chunks(), kBucket, "TILEATTN_SM80_BWD_SECTION_PAIRS");
+    ordered.cta_section_pairs = bwd_section_pairs_for(p, cfg.chunks(), kBucket);
+    // The fast path outside deterministic mode: the 2-D warp tiles where the table asks for them.
     bool two_d = false;
     constexpr int kTwoDDim = kBucket <= 128 ? kBucket : 128;  // (no 2-D kernel at D 256)
-    if constexpr (!kGeneral && kBucket <= 128)
-      two_d = p.dq_turn == nullptr && sm80_bwd_2d_enabled();
+    static_assert(kBucket <= 128 || !cfg.two_d_fast_path, "no 2-D kernel at D 256");
+    if constexpr (!kGeneral && kBucket <= 128) two_d = p.dq_turn == nullptr && cfg.two_d_fast_path;
     if (two_d) {  // dq_accum in the tiled layout, one sub-tile of the whole width
       FlashBwdParams tiled = ordered;
       tiled.dq_tile_cols = kBucket;

@@ -1,21 +1,36 @@
-// The sm80 backward's fast path at D 128 with two-dimensional warp tiles (included by
-// flash_bwd_kernel.cuh after its helpers; its launcher picks this kernel). One CTA per key block
-// of 128 keys, steps of 64 query rows, 8 warps:
+// The sm80 backward's fast path at D 64 and 128 with two-dimensional warp tiles (the launcher in
+// flash_bwd_kernel.cuh picks this kernel where the bucket's BwdTileConfig::two_d_fast_path is
+// set). At D 128: one CTA per key block of 128 keys, steps of 64 query rows, 8 warps:
 //   S^T = K Q^T and dP^T = V dO^T: each warp 32 keys x 32 queries (4 x 2 warps), so each
 //     ldmatrix fragment feeds two mma instead of one (the 1-D kernel's warps own 16 keys and
 //     each reloads the whole Q / dO tile);
 //   P^T and dS^T go to shared memory ([key][query]);
 //   dV += P^T dO and dK += dS^T Q: each warp 32 keys x 64 columns (4 x 2 warps);
 //   dQ = dS K: each warp 32 rows x 32 columns (2 x 4 warps), added to the f32 workspace.
-// Nsight Compute (docs/perf/gpu.md, session 21): the 1-D kernel issues 1.24x FlashAttention-2's
-// instructions at the same rate and moves ~1.36x its shared-memory wavefronts. A/B against it
-// (session 21, H200, bf16, L 2k / 8k): +4.8..5.6%, i.e. 0.82..0.87x FlashAttention-2 instead of
-// 0.78..0.83x. At D 64 the mask's bit tests are compiled only into the loops of the steps
-// that need them (each head's steps run as masked / whole / masked loops); D 128 masks every
-// step (see the step loops below). Fast path only (no mask, softcap, ALiBi, dropout), and not
-// in deterministic mode; TILEATTN_SM80_BWD_2D=0 selects the 1-D kernel. dK and dV leave through
-// shared memory as whole 16-byte row chunks where they are 16-bit (stage_and_store_dk_dv).
+// The 1-D kernel issues about 1.24x FlashAttention-2's instructions and moves about 1.36x its
+// shared-memory wavefronts; the 2-D tiles bring both down and run about 5% faster. At D 64 the
+// mask's bit tests are compiled only into the loops of the steps that need them (each head's
+// steps run as masked / whole / masked loops); D 128 masks every step (see the step loops
+// below). Fast path only (no mask, softcap, ALiBi, dropout), and not in deterministic mode. dK
+// and dV leave through shared memory as whole 16-byte row chunks where they are 16-bit
+// (stage_and_store_dk_dv).
 #pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/bwd_cta_order.cuh"
+#include "cuda/common/bwd_epilogue.cuh"
+#include "cuda/common/bwd_visibility.cuh"
+#include "cuda/common/dq_layout.cuh"
+#include "cuda/common/flash_bwd_params.hpp"
+#include "cuda/common/poison.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/tile_coords.cuh"
+#include "cuda/sm80/tile_config.hpp"
+#include "cuda/sm80/tile_io.cuh"
 
 namespace tileattn::cuda {
 
@@ -52,7 +67,7 @@ __global__ void __launch_bounds__(256, 1)
   constexpr int kKvCols = kDim / 2, kKvTiles = kKvCols / 8;
   constexpr int kDqRows = kBlockM / 2, kDqCols = kDim / 4;
   constexpr int kDqMTiles = kDqRows / 16, kDqNTiles = kDqCols / 8;
-  // dS^T in parts at D 64, where its 64 registers per lane beside P^T's spilled.
+  // dS^T in parts at D 64, where its 64 registers per lane beside P^T's would spill.
   constexpr int kDsParts = kHeadDim == 64 ? 2 : 1;
   static_assert(kSTiles % (2 * kDsParts) == 0 && kKvTiles % 2 == 0 && kDqNTiles % 2 == 0,
                 "x4 loads");
@@ -439,11 +454,10 @@ __global__ void __launch_bounds__(256, 1)
   // only into the loops of the steps that need them: the masked steps before the whole ones
   // (from m0_begin up to the first whole step), the whole steps, and the masked steps after
   // them. A step is whole iff whole_from <= m0 and m0 + kBlockM - 1 <= whole_to: the usual
-  // case away from the causal diagonal, a window's edges and the key / query ends. Session 23,
-  // call 5 (H200, against session 22's branch inside one loop): +1.4..1.7% non-causal,
-  // +0.6..1.6% causal at D 64; at D 128 the three loops (the whole steps' one 1656
-  // instructions against 1863) measured 2.2..2.6% slower, so D 128 keeps one loop that masks
-  // every step.
+  // case away from the causal diagonal, a window's edges and the key / query ends. At D 64 this
+  // beats a branch inside one loop by one to two percent; at D 128 the three loops make the code
+  // larger and run a few percent slower (although the whole steps' loop is 1656 instructions
+  // against 1863), so D 128 keeps one loop that masks every step.
   const auto run_steps = [&](auto masked, int count) {
 #pragma unroll 1
     for (int c = 0; c < count; ++c) step_body(masked);

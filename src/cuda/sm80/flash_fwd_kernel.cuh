@@ -16,13 +16,13 @@
 #include <cstdint>
 
 #include "cuda/common/elements.cuh"
+#include "cuda/common/flash_fwd_params.hpp"
 #include "cuda/common/launch.cuh"
 #include "cuda/common/poison.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/score_mods.cuh"
 #include "cuda/common/tile_coords.cuh"
-#include "cuda/sm80/flash_fwd_config.hpp"
-#include "cuda/sm80/flash_fwd_params.hpp"
+#include "cuda/sm80/tile_config.hpp"
 #include "cuda/sm80/tile_io.cuh"
 
 namespace tileattn::cuda {
@@ -106,6 +106,15 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
     }
   }
 
+  // Without score modifications and with 0 < scale log2 e <= 1 the softmax can work on the raw
+  // scores (cfg.fold_scale): their maximum is taken before scaling and the scale is folded into
+  // the exponent's FFMA, so that making a non-finite score NaN costs one instruction per score
+  // and the scaling none (a finite raw score cannot leave f32's range when scaled by at most 1).
+  // Other kernels and scales work on scaled scores (exp_scale 1).
+  const bool fold_scale =
+      cfg.fold_scale && !kGeneral && p.scale_log2 > 0.0f && p.scale_log2 <= 1.0f;
+  const float exp_scale = fold_scale ? p.scale_log2 : 1.0f;
+
   // Per-lane ldmatrix source rows/chunks (see ptx.cuh for the fragment layouts).
   const int mat = lane / 8, mat_row = lane % 8;
   const int q_row = warp_row0 + mat_row + (mat & 1) * 8, q_chunk = mat >> 1;  // A: Q
@@ -163,8 +172,8 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
       }
     }
 
-    // Score modifications, in base-2 units (x = score * log2 e), -inf where masked; a
-    // non-finite scaled score becomes NaN first (poison.cuh).
+    // Score modifications, in base-2 units (x = score * log2 e; raw scores where fold_scale),
+    // -inf where masked; a non-finite (scaled) score becomes NaN first (poison.cuh).
     if constexpr (kGeneral) {
       const float slope = alibi_slope(p, b, h);
 #pragma unroll
@@ -186,12 +195,22 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
             }
         }
     } else {
+      if (fold_scale) {
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
+        for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
+          for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = as_score_or_nan(s[mt][nt][e] * p.scale_log2);
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = as_score_or_nan(s[mt][nt][e]);
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              s[mt][nt][e] = as_score_or_nan(s[mt][nt][e] * p.scale_log2);
+      }
       if (n0 < first_bottom || n0 + kBlockN > last_top) {  // a block on a window/length edge
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt)
@@ -211,12 +230,13 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        float block_max = row_max[mt][hh];
+        float block_max = -INFINITY;  // in the scores' units (raw where fold_scale)
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt)
           block_max = fmaxf(block_max, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
+        block_max = fmaxf(row_max[mt][hh], block_max * exp_scale);  // base-2 units
         const float base = block_max == -INFINITY ? 0.0f : block_max;  // all masked so far
         const float rescale = exp2_approx(row_max[mt][hh] - base);
         row_max[mt][hh] = block_max;
@@ -226,7 +246,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float& x = s[mt][nt][2 * hh + e];
-            x = exp2_approx(x - base);
+            x = exp2_approx(fmaf(x, exp_scale, -base));
             sum += x;
           }
         row_sum[mt][hh] = row_sum[mt][hh] * rescale + sum;

@@ -8,7 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "cuda/sm80/flash_fwd_params.hpp"
+#include "cuda/common/flash_fwd_params.hpp"
 
 namespace tileattn::cuda {
 

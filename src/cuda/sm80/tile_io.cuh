@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "cuda/common/elements.cuh"
+#include "cuda/common/flash_fwd_params.hpp"
 #include "cuda/common/ptx.cuh"
-#include "cuda/sm80/flash_fwd_params.hpp"
 
 namespace tileattn::cuda {
 

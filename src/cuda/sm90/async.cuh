@@ -228,8 +228,8 @@ __device__ __forceinline__ std::uint64_t sw128_desc(const void* smem, std::uint3
 // word (start address in 16-byte units, leading byte offset), computed once per tile, plus a
 // byte offset within the tile is one 32-bit add, and the high word (stride, swizzle) is a
 // constant. Shared addresses are below 256 KB, so the add never carries out of the 14-bit
-// start field. (Built from the pointer at each use, a descriptor took five uniform
-// instructions: ncu counted ~260 of the backward step's 721 instructions on descriptors.)
+// start field. (Built from the pointer at each use, a descriptor takes five uniform
+// instructions: about a third of the backward step's instructions go to descriptors.)
 __device__ __forceinline__ std::uint32_t sw128_desc_lo(const void* smem, std::uint32_t lead_bytes) {
   return (smem_address(smem) >> 4) | ((lead_bytes >> 4) << 16);
 }

@@ -1,7 +1,7 @@
 // Hopper (sm_90a) backward: wgmma + TMA, warp-specialised. It replaces the sm80 backward's main
 // kernel (flash_bwd_kernel) on the fast score path (causal / window / key lengths, no mask,
-// softcap, ALiBi or dropout), 16-bit storage, D <= 128, non-deterministic mode; the prepare
-// (delta, lse) and convert (dq) kernels are the sm80 ones.
+// softcap, ALiBi or dropout), 16-bit storage, D <= 128; the prepare (delta, lse) and convert
+// (dq) kernels are the ones every backward shares (cuda/common/bwd_prepare_convert.cuh).
 //
 // One CTA = one producer warpgroup + two consumer warpgroups, and owns block_n = 128 keys of one
 // (kv head, batch); consumer warpgroup c owns keys 64c..64c+63 of the block. The CTA visits the
@@ -29,8 +29,8 @@
 //   dQ warp   (warp 1 of the producer warpgroup) per step adds the two dQ sub-tiles to the f32
 //             workspace with one bulk reduction each (cp.reduce.async.bulk .add.f32): the
 //             consumers issue no global atomics. (With red.global.add.v4 from the consumers,
-//             each reduction waited for the previous one to read its registers: ncu put ~20%
-//             of the consumers' stall samples there.)
+//             each reduction waits for the previous one to read its registers: about a fifth
+//             of the consumers' stalls.)
 // dK (times scale) and dV are written once at the end.
 #pragma once
 
@@ -40,14 +40,16 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/bwd_cta_order.cuh"
+#include "cuda/common/bwd_epilogue.cuh"
+#include "cuda/common/bwd_visibility.cuh"
 #include "cuda/common/dq_layout.cuh"
 #include "cuda/common/elements.cuh"
+#include "cuda/common/flash_bwd_params.hpp"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/tile_coords.cuh"
-#include "cuda/sm80/flash_bwd_kernel.cuh"
-#include "cuda/sm80/flash_bwd_params.hpp"
-#include "cuda/sm80/flash_fwd_config.hpp"
 #include "cuda/sm90/async.cuh"
+#include "cuda/sm90/tile_config.hpp"
 #include "cuda/sm90/wgmma.cuh"
 
 namespace tileattn::cuda {
@@ -76,12 +78,12 @@ inline constexpr int kStepBarrierThreads = 32 + 256;
 // once the bulk reduction has read it, the warpgroup syncs before writing the next one).
 inline constexpr int kDqBarrierThreads = 32 + 128;
 
-// The staged dK / dV epilogue (p.dkv_vector_stores; sm80/flash_bwd_kernel.cuh's stage_dk_dv
-// and store_staged_dk_dv_rows): both consumer warpgroups write dK (times scale) and dV,
+// The staged dK / dV epilogue (p.dkv_vector_stores; stage_dk_dv and store_staged_dk_dv_rows of
+// cuda/common/bwd_epilogue.cuh): both consumer warpgroups write dK (times scale) and dV,
 // converted to 16 bits, into the Q / dO ring (free once both have retired their last GEMMs: a
 // 256-thread named barrier); after a barrier of its own warpgroup, each warpgroup stores its 64
 // rows with 16-byte global stores, whole rows at a time. (Stored from the accumulator fragments
-// directly, the 4-byte stores with a bounds check per element took 15% of the consumers' time
+// directly, the 4-byte stores with a bounds check per element take 15% of the consumers' time
 // at L 2048, D 128: ~6 steps per CTA.)
 template <int kDim, int kBlockN>
 __device__ __forceinline__ void store_dk_dv_staged(const FlashBwdParams& p,
@@ -101,8 +103,8 @@ __device__ __forceinline__ void store_dk_dv_staged(const FlashBwdParams& p,
 }
 
 // kDeterministic: dQ added in key-block order (p.dq_turn), see the dQ warp. A template
-// argument rather than a run-time test: with the test in the loop, the default kernel measured
-// -1% at D 128 (ptxas no longer unrolled the dQ warp's loop).
+// argument rather than a run-time test: with the test in the loop, ptxas does not unroll the
+// dQ warp's loop, which slows the default kernel down at D 128.
 template <typename T, int kBucket, bool kDeterministic>
 __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdParams params) {
@@ -164,8 +166,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
 
   // Warp-uniform by construction (a shuffle from lane 0), so that everything derived from it (the
   // consumer's K / V rows, hence the wgmma descriptors) can live in uniform registers: computed
-  // from threadIdx.x directly, ptxas kept the loop-invariant descriptors in ordinary registers
-  // and spilled them (ncu: the reloads at the top of each step took ~7% of the stall samples).
+  // from threadIdx.x directly, ptxas keeps the loop-invariant descriptors in ordinary registers
+  // and spills them (the reloads at the top of each step: ~7% of the stall samples).
   const int warp_group = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   if (warp_group == 0) {  // ---------------------------------------------------- producer
     setmaxnreg_dec<cfg.producer_registers>();
@@ -345,9 +347,9 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     // The step's lse rows are loaded while the GEMMs run, and delta's under the dP^T GEMM (the
     // loads are asm volatile and stay where they are written): all of them where registers
     // allow (block_m 64 at D 64, a tile no longer used), else the first kAhead n8 tiles'
-    // worth, each later tile's kAhead tiles before its use. Loaded at their use they stalled
-    // the exponentials and dS (ncu, D 128, L 2048: ~14% of the step loop's stall samples,
-    // behind the LDS latency).
+    // worth, each later tile's kAhead tiles before its use. Loaded at their use they stall the
+    // exponentials and dS behind the LDS latency (at D 128, ~14% of the step loop's stall
+    // samples).
     constexpr int kAhead = kDim * kBlockM <= 64 * 64 ? kQTiles : 4;
     float2 lse2[kQTiles], delta2[kQTiles];
 #pragma unroll
@@ -363,7 +365,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     const int last_row = min(m0 + kBlockM, p.len_q) - 1;
     // kMaskBranch (D 128): the masking is a warp-uniform branch after the exponentials, which
     // the (usual) interior steps skip; inline, its compares and selects are ~130 of a step's
-    // instructions. A/B: D 128 +1-10%, D 64 -2-3% (block_m 64; inline there).
+    // instructions. The branch pays at D 128; at D 64 (block_m 64) it costs a few percent, so
+    // the masking stays inline there.
     constexpr bool kMaskBranch = kDim > 64;
     const bool edge_here = !(seen_by[1].lo <= m0 && seen_by[0].hi >= last_row);
     const bool edge = kMaskBranch ? __any_sync(0xffffffffu, edge_here) : edge_here;
@@ -400,9 +403,9 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       for (int nt = 0; nt < kQTiles; ++nt) pack_p(nt);
     }
     // dV += P^T dO (B read MN-major: rows of dO are the k index). At D 128 it is issued right
-    // away, to run under the dP^T GEMM's tail and the dS computation (+4-7% in an A/B, although
-    // ptxas then spills 68 bytes); at D 64 (block_m 64) that order measured 15-20% slower,
-    // and dV goes with dK below.
+    // away, to run under the dP^T GEMM's tail and the dS computation (a gain of several percent,
+    // although ptxas then spills 68 bytes); at D 64 (block_m 64) that order is much slower, and
+    // dV goes with dK below.
     constexpr bool kEarlyDv = kDim > 64;
     static_assert(!(kEarlyDv && kPackPLate), "an early dV needs P^T packed first");
     auto issue_dv = [&] {
@@ -434,7 +437,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       for (int hh = 0; hh < 2; ++hh) {
         const std::uint32_t packed = MmaType<T>::pack(s[nt][2 * hh], s[nt][2 * hh + 1]);
         // (The column block's offset is added after the XOR, which it does not touch: at
-        // block_m 64 the code is then the same as before block_m 128 existed.)
+        // block_m 64, one column block, the stores are those of a single-block layout.)
         std::uint32_t at = (ds_mine + hh * 8 * 128) ^ (nt % 8 * 16);
         if (nt >= 8) at += (nt / 8) * kDsColBlockBytes;
         store_shared_u32(at, packed);
@@ -449,7 +452,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     //     next step's S^T (groups complete in order), which then releases this step's slot.
     //     (Only accumulators read after the loop may stay in flight across the back edge: an
     //     accumulator read inside the loop with a wgmma carried over makes ptxas serialise every
-    //     wgmma of the kernel.) A/B: D 128 +1.5-2.5%, D 64 -1-2% (block_m 64).
+    //     wgmma of the kernel.) This order pays at D 128 and not at D 64 (block_m 64).
     //   otherwise: dK (and dV) before the dS barrier, so that they run while it waits, then dQ,
     //     and the step ends with everything retired.
     const auto issue_dk = [&] {

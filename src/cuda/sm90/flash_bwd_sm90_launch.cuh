@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/bwd_cta_order.cuh"
+#include "cuda/common/bwd_prepare_convert.cuh"
 #include "cuda/common/launch.cuh"
 #include "cuda/sm90/flash_bwd_sm90.cuh"
 #include "cuda/sm90/flash_bwd_sm90_launch.hpp"
@@ -19,8 +21,8 @@ cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& call, cudaStream_t strea
   FlashBwdParams p = call;
   p.dq_tile_cols = cfg.dq_cols();  // dq_accum in the tiled layout (dq_layout.cuh)
   // The CTA order: key blocks longest first within sections of pairs under a causal band, the
-  // sm80 kernels' rule (TILEATTN_SM90_BWD_SECTION_PAIRS=n forces sections of n; 0: the default).
-  p.cta_section_pairs = bwd_section_pairs_for(p, 1, kBucket, "TILEATTN_SM90_BWD_SECTION_PAIRS");
+  // sm80 kernels' rule.
+  p.cta_section_pairs = bwd_section_pairs_for(p, 1, kBucket);
   Sm90BwdParams params{};
   params.base = p;
   if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, p.len_q, p.heads_q, p.batch,

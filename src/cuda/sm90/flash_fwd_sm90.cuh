@@ -36,14 +36,14 @@
 
 #include "cuda/common/elements.cuh"
 #include "cuda/common/exp2_poly.cuh"
+#include "cuda/common/flash_fwd_params.hpp"
 #include "cuda/common/launch.cuh"
 #include "cuda/common/poison.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/score_mods.cuh"
 #include "cuda/common/tile_coords.cuh"
-#include "cuda/sm80/flash_fwd_config.hpp"
-#include "cuda/sm80/flash_fwd_params.hpp"
 #include "cuda/sm90/async.cuh"
+#include "cuda/sm90/tile_config.hpp"
 #include "cuda/sm90/wgmma.cuh"
 
 namespace tileattn::cuda {
@@ -165,9 +165,9 @@ __device__ __forceinline__ void max_tree(float (&v)[N]) {
 // kTraceTiles tiles (loop top, tile index read, Q ready, last P V done,
 // epilogue done; inside the staged epilogue: 1 / l done, buffer free, buffer written, TMA
 // stores issued).
-// print_fwd_trace_kernel (launched after each forward) prints them (docs/perf/gpu.md, sessions
-// 15 and 16; scripts/gpu/trace_summary.py reads them). No printf in the kernel itself: a call
-// inside it makes ptxas serialise the wgmmas.
+// print_fwd_trace_kernel (launched after each forward) prints them
+// (scripts/gpu/trace_summary.py reads them). No printf in the kernel itself: a call inside it
+// makes ptxas serialise the wgmmas.
 inline constexpr int kTraceIters = 24, kTracePoints = 8, kTraceLaunch = 3, kTracePeriod = 5;
 inline constexpr int kTraceTiles = 16, kTileTracePoints = 9, kTraceBlockTile = 4;
 inline constexpr int kTraceMinBlocks = 4;  // the block-traced tile's least key blocks
@@ -299,11 +299,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   // Ring positions count key blocks over all tiles of this CTA: block number `it` uses slot
   // it % stages in pass it / stages; the Q slot's pass is the number of tiles with work so far.
   // In the fast kernels the warpgroup index is made warp-uniform (a lane-0 shuffle), so that
-  // the consumer's Q descriptors live in uniform registers: A/B (session 10) D 256 +6-8%,
-  // D 128 -1.5..+2.5%; at D 64 it then cost 2-5%, but since the speculating softmax it takes
-  // the D 64 step's eight R2UR moves of the Q descriptors (1160 -> 1146 instructions; session
-  // 35, prepared). (In the general kernel at D 128 it raised ptxas's spills from 252 to 360
-  // bytes; not measured, so not used there.)
+  // the consumer's Q descriptors live in uniform registers: a clear gain at D 256, and at D 64
+  // it takes the step's eight R2UR moves of the Q descriptors out of the loop (1160 -> 1146
+  // instructions). (In the general kernel at D 128 it raises ptxas's spills from 252 to 360
+  // bytes, so the general kernels keep the plain index.)
   constexpr bool kUniformWarpGroup = !kGeneral;
   const int warp_group = kUniformWarpGroup
                              ? __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0)
@@ -392,15 +391,14 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       if (leader) {
         // Tiles of equal work (early_claim): the next tile's index is taken now and used
         // after this tile's loads, so the atomic's round trip overlaps them instead of
-        // delaying the next tile's Q (with one Q buffer the consumers waited ~2000 clocks for
-        // it at D 128, L 1k; A/B, session 20: D 128 / 256 non-causal 1k +1.2% / +0.9%).
-        // Causal tiles are taken late: claiming one tile ahead unbalanced the longest-first
-        // schedule's tail (D 256 causal -5..6%).
+        // delaying the next tile's Q (with one Q buffer the consumers would wait ~2000 clocks
+        // for it at D 128, L 1k). Causal tiles are taken late: claiming one tile ahead
+        // unbalances the longest-first schedule's tail (a few percent at D 256).
         const int next = params.early_claim ? next_tile(params) : 0;
         // With one Q buffer the next tile's Q can load only once this tile's last S is done;
-        // asked of L2 now, that load then waits for L2 rather than for HBM. A/B (session 21,
-        // 3 rounds): D 128 non-causal 1k +1.1%, 4k +0.4%; D 256 non-causal 1k -2.1%, so not
-        // there (not explained; its Q tile is 64 KB, perhaps competing with the first K / V).
+        // asked of L2 now, that load then waits for L2 rather than for HBM. This pays at D 128
+        // and not at D 256 (its Q tile is 64 KB, perhaps competing with the first K / V), so
+        // only D 128 prefetches.
         if (kQStages == 1 && kDim == 128 && params.early_claim && next < params.num_tiles) {
           int m_block, bh;
           tile_at(params, next, m_block, bh);
@@ -444,10 +442,10 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
     if (ping_pong) named_barrier_arrive(kTurnBarrier + (consumer + 1) % kConsumerGroups, 256);
   };
   if (consumer == kConsumerGroups - 1) pass_turn();  // warpgroup 0 goes first
-  // A tile's first S and its last P V take a turn unless the launch says otherwise (switches
-  // for measurements; without those turns a warpgroup's tile end cannot hold back the other
-  // warpgroup's, which session 29 measured level). Both warpgroups of a tile take the same
-  // number of turns: turns(n) for n key blocks.
+  // A tile's first S and its last P V take a turn unless the configuration says otherwise
+  // (Sm90TileConfig::first_turn, finish_turn: dropping them keeps a warpgroup's tile end from
+  // holding back the other warpgroup's, but gains nothing measurable). Both warpgroups of a tile
+  // take the same number of turns: turns(n) for n key blocks.
   const bool first_turn = params.first_turn, finish_turn = params.finish_turn;
   auto turns = [&](int n) {
     return n > 0 ? n - 1 + (first_turn ? 1 : 0) + (finish_turn ? 1 : 0) : 0;
@@ -456,7 +454,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
   float acc_o[kDTiles][4];
   // At D > 128 Q's descriptors are one base plus a constant per k-step, added by an opaque
   // (volatile) instruction where it is used: otherwise the compiler hoists all kDim / 16 of them
-  // out of the key loop as live 64-bit values, and at D = 256 ptxas spilled them inside the loop.
+  // out of the key loop as live 64-bit values, and at D = 256 ptxas spills them inside the loop.
   // (At D <= 128 the hoisted descriptors fit, and the opaque add made the general kernel spill.)
   constexpr bool kOpaqueQDesc = kDim > 128;
   static_assert(!kOpaqueQDesc || kQStages == 1, "q_desc0 is computed once, for one Q buffer");
@@ -735,7 +733,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
             }
       } else {
         // (A non-finite raw score is not turned into NaN here as in the sm80 kernel: one FFMA
-        // per score cost this softmax 5-10% at D 64 and 128. NaN and +inf reach the sum on
+        // per score costs this softmax 5-10% at D 64 and 128. NaN and +inf reach the sum on
         // their own; a -inf raw score weighs 0, see docs/semantics.md.)
         if (n0 < w.first_bottom || n0 + kBlockN > w.last_top) {  // a window / length edge
           if constexpr (kHalfMasked) {
@@ -747,7 +745,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
               last[hh] -= n0 + 2 * t;
             }
             right_empty = __all_sync(0xffffffffu, max(last[0], last[1]) <= kBlockN / 2 - 2 * t);
-            auto mask = [&](int nt) {  // (per n8 tile, both rows: the order session 31 measured)
+            auto mask = [&](int nt) {  // (per n8 tile, both rows: the faster order)
 #pragma unroll
               for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
@@ -800,8 +798,8 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 
     // The epilogue's row values, 1 / l and the logsumexp, and its first wait for the staging
     // buffer: where the config says so (early_epilogue_rows), done while the tile's last P V
-    // runs (finish) rather than after it. After it, 1 / l waited ~500 clocks behind the other
-    // warpgroup's exponentials in the MUFU queue and the buffer ~250 (trace, session 18, D 64,
+    // runs (finish) rather than after it. After it, 1 / l waits ~500 clocks behind the other
+    // warpgroup's exponentials in the MUFU queue and the buffer ~250 (clock trace, D 64,
     // L 1024).
     float inv_sum[2] = {0.0f, 0.0f}, row_lse[2] = {-INFINITY, -INFINITY};
     constexpr bool kStagedOutput = cfg.o_stage_bytes() > 0, kEarlyRows = cfg.early_epilogue_rows;
@@ -833,7 +831,7 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
       // P buffers. Speculating kernels keep the scores (a block may be redone from them) and
       // pack P during the softmax into the buffer that P_{j-1} V_{j-1}, still running, does
       // not read: two buffers, and the loop unrolled by two so that each is named statically
-      // (copying one into the other was coalesced by ptxas, which then serialised the wgmmas).
+      // (ptxas coalesces a copy of one into the other, and then serialises the wgmmas).
       // The others overwrite the scores and pack P into one buffer once P_{j-1} V_{j-1} is done.
       POperand pa0;
       [[maybe_unused]] POperand pa1;  // speculating kernels only
@@ -960,15 +958,15 @@ __global__ void __launch_bounds__(sm90_tile_config(kBucket).threads(), 1)
 #endif
 
     // Epilogue: O / l, staged through shared memory (16-byte chunks XOR-swizzled by row, so
-    // the fragment writes are free of bank conflicts) and written by TMA stores (or, with
-    // TILEATTN_SM90_TMA_STORE=0, coalesced 16-byte stores) where the output is 16-bit with
+    // the fragment writes are free of bank conflicts) and written by TMA stores (or, without
+    // Sm90TileConfig::tma_store, coalesced 16-byte stores) where the output is 16-bit with
     // aligned rows; any other output element by element from the registers. Then the
     // logsumexp.
     // Where ptxas spills (kRereadCoords), lane, warp and tile coordinates are read afresh here
     // (thread_index_now, the warp's out_coords slot) instead of being held across the main
-    // loop: with shared memory taking nearly all of L1, the spill reloads went to L2
-    // (long-scoreboard stalls of hundreds of cycles per tile in the D = 256 profile). The
-    // kernels without spills keep them in registers (re-reading cost them 1-2% at L = 1024).
+    // loop: with shared memory taking nearly all of L1, the spill reloads go to L2
+    // (long-scoreboard stalls of hundreds of cycles per tile at D = 256). The kernels without
+    // spills keep them in registers (re-reading costs them 1-2% at L = 1024).
     int e_warp, e_lane, e_b, e_h, e_warp_row0;  // e_warp: consumer warp 0..7
     if constexpr (kRereadCoords) {
       const unsigned tid = static_cast<unsigned>(thread_index_now());

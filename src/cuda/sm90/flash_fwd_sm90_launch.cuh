@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "cuda/sm90/flash_fwd_sm90.cuh"
@@ -16,35 +14,17 @@ namespace tileattn::cuda {
 
 inline std::atomic<unsigned> g_sm90_launches{0};  // picks each launch's scheduler slot
 
-// Switches for measurements (docs/perf/gpu.md): TILEATTN_SM90_PING_PONG=0,
-// TILEATTN_SM90_PERSISTENT=0 and TILEATTN_SM90_LAZY_RESCALE=0 turn the ping-pong schedule, the
-// persistent grid and the lazy softmax rescaling off; TILEATTN_SM90_KV_EVICT_LAST=0 loads K/V
-// with the evict-normal L2 hint; TILEATTN_SM90_GROUP_MB=n sets the K/V bytes of one scheduling
-// group (default 8 MiB); TILEATTN_SM90_TMA_STORE=0 writes the staged output with 16-byte stores
-// instead of TMA stores; TILEATTN_SM90_STAGE_OUTPUT=0 stores the output from the registers (no
-// staging buffer); TILEATTN_SM90_FIRST_TURN=0 / TILEATTN_SM90_FINISH_TURN=0 issue a tile's first
-// S / last P V outside the ping-pong turns; TILEATTN_SM90_CTAS=n caps the persistent grid at n
-// CTAs (tests: many tiles per CTA on small shapes).
-inline bool sm90_option(const char* name, bool fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return fallback;
-  return std::strcmp(value, "0") != 0;
-}
-inline std::int64_t sm90_int_option(const char* name, std::int64_t fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return fallback;
-  const long long parsed = std::atoll(value);
-  return parsed > 0 ? parsed : fallback;
-}
-
+// The launch choices (persistent grid, scheduling groups, ping-pong turns, L2 hint, lazy
+// rescaling, output staging and TMA stores) are fields of the bucket's Sm90TileConfig
+// (sm90/tile_config.hpp).
 template <typename T, int kBucket, bool kGeneral>
 cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
   constexpr Sm90TileConfig cfg = sm90_tile_config(kBucket);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   Sm90FwdParams params{};
   params.base = p;
-  // TILEATTN_SM90_STAGE_OUTPUT=0: the output from the registers, element pairs (no staging).
-  if (!sm90_option("TILEATTN_SM90_STAGE_OUTPUT", true)) params.base.vector_stores = false;
+  // Without staging: the output from the registers, element pairs.
+  if constexpr (!cfg.stage_output) params.base.vector_stores = false;
   const int heads_kv = p.heads_q / p.heads_per_kv;
   if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, p.len_q, p.heads_q, p.batch,
                        p.q_stride_l, p.q_stride_h, p.q_stride_b, 64) ||  // per warpgroup
@@ -54,28 +34,27 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
                        p.v_stride_l, p.v_stride_h, p.v_stride_b, cfg.block_n))
     return cudaErrorNotSupported;
   // The output by TMA stores from the staging buffer where there is one and 16-byte stores are
-  // legal (out type T, aligned rows); TILEATTN_SM90_TMA_STORE=0: the 16-byte stores. A store
+  // legal (out type T, aligned rows), unless the configuration asks for 16-byte stores. A store
   // copies the 16-bit elements as they are, so the map's bf16 type serves f16 output too.
-  params.o_tma = cfg.o_stage_bytes() > 0 && params.base.vector_stores &&
-                 sm90_option("TILEATTN_SM90_TMA_STORE", true) &&
+  params.o_tma = cfg.o_stage_bytes() > 0 && params.base.vector_stores && cfg.tma_store &&
                  encode_tile_map(&params.o_map, p.out, bf16, p.dim_v, p.len_q, p.heads_q, p.batch,
                                  p.o_stride_l, p.o_stride_h, p.o_stride_b, 64);
   params.num_tiles = static_cast<int>(query_block_count(p));
-  // Scheduling groups: (batch, head) pairs whose K and V together take about 8 MB (a sixth of
-  // the H200's L2), so the CTAs running at one time mostly hit L2.
+  // Scheduling groups: (batch, head) pairs whose K and V together take about
+  // cfg.schedule_group_mib, so the CTAs running at one time mostly hit L2.
   const std::int64_t kv_bytes_per_pair =
       static_cast<std::int64_t>(p.len_k) * (p.dim + p.dim_v) * 2 + 1;
-  const std::int64_t group_bytes = sm90_int_option("TILEATTN_SM90_GROUP_MB", 8) << 20;
+  const std::int64_t group_bytes = std::int64_t{cfg.schedule_group_mib} << 20;
   params.group_heads = static_cast<int>(std::clamp<std::int64_t>(
       group_bytes / kv_bytes_per_pair, 1, std::int64_t{p.batch} * p.heads_q));
-  params.ping_pong = sm90_option("TILEATTN_SM90_PING_PONG", true);
-  params.first_turn = sm90_option("TILEATTN_SM90_FIRST_TURN", true);
-  params.finish_turn = sm90_option("TILEATTN_SM90_FINISH_TURN", true);
-  params.kv_evict_last = sm90_option("TILEATTN_SM90_KV_EVICT_LAST", true);
+  params.ping_pong = cfg.ping_pong;
+  params.first_turn = cfg.first_turn;
+  params.finish_turn = cfg.finish_turn;
+  params.kv_evict_last = cfg.kv_evict_last;
   params.early_claim = p.window_left < 0 && p.window_right < 0;  // no causal / window band
-  params.rescale_threshold = sm90_option("TILEATTN_SM90_LAZY_RESCALE", true) ? 8.0f : 0.0f;
-  // Persistent: one CTA per SM, each taking tiles from the launch's counter until none are left
-  // (TILEATTN_SM90_PERSISTENT=0: one CTA per tile, for comparison).
+  params.rescale_threshold = cfg.rescale_threshold;
+  // Persistent: one CTA per SM (at most g_sm90_max_ctas), each taking tiles from the launch's
+  // counter until none are left.
   params.sched_slot = g_sm90_launches.fetch_add(1, std::memory_order_relaxed) % kSchedulerSlots;
   int device = 0, sms = 0;
   cudaError_t status = cudaGetDevice(&device);
@@ -83,10 +62,10 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
     status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (status != cudaSuccess) return status;
   const unsigned tiles = static_cast<unsigned>(params.num_tiles);
-  const unsigned ctas = static_cast<unsigned>(sm90_int_option("TILEATTN_SM90_CTAS", sms));
-  const unsigned blocks = sm90_option("TILEATTN_SM90_PERSISTENT", true)
-                              ? std::min({tiles, static_cast<unsigned>(sms), ctas})
-                              : tiles;
+  const unsigned max_ctas = g_sm90_max_ctas.load(std::memory_order_relaxed);
+  const unsigned ctas = max_ctas > 0 ? max_ctas : static_cast<unsigned>(sms);
+  const unsigned blocks =
+      cfg.persistent ? std::min({tiles, static_cast<unsigned>(sms), ctas}) : tiles;
   const cudaError_t launched =
       launch_kernel(&flash_fwd_sm90_kernel<T, kBucket, kGeneral>, cfg, params, blocks, stream);
 #ifdef TILEATTN_FWD_TRACE

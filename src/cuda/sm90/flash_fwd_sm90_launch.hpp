@@ -8,9 +8,15 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "cuda/sm80/flash_fwd_params.hpp"
+#include <atomic>
+
+#include "cuda/common/flash_fwd_params.hpp"
 
 namespace tileattn::cuda {
+
+// For tests: caps the persistent grid of every sm90 forward launch at this many CTAs (0: one per
+// SM), so that small shapes run many tiles per CTA.
+inline std::atomic<unsigned> g_sm90_max_ctas{0};
 
 // Returns cudaErrorNotSupported, launching nothing, when the tensors cannot be described by
 // TMA descriptors (the dispatcher then runs the sm80 kernel).

@@ -1,8 +1,7 @@
 // A program outside the tileattn tree: one attention call through the installed package.
-#include <tileattn/tileattn.hpp>
-
 #include <cmath>
 #include <cstdio>
+#include <tileattn/tileattn.hpp>
 #include <vector>
 
 int main() {

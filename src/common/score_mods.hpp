@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "api/params.hpp"
+#include "common/params.hpp"
 
 namespace tileattn::detail {
 

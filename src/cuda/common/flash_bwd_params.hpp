@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "cuda/sm80/flash_fwd_params.hpp"
+#include "cuda/common/flash_fwd_params.hpp"
 
 namespace tileattn::cuda {
 

@@ -13,11 +13,11 @@ inline constexpr std::int64_t kUnbounded = -1;
 
 struct AttnParams {
   // Tensors. Strides are in elements; the innermost (head-dim) stride is 1 for q, k, v, out.
-  const void* q = nullptr;  // [B, Lq, Hq, D]
-  const void* k = nullptr;  // [B, Lk, Hkv, D]
-  const void* v = nullptr;  // [B, Lk, Hkv, Dv]
-  void* out = nullptr;      // [B, Lq, Hq, Dv]
-  float* lse = nullptr;     // [B, Hq, Lq] or nullptr
+  const void* q = nullptr;       // [B, Lq, Hq, D]
+  const void* k = nullptr;       // [B, Lk, Hkv, D]
+  const void* v = nullptr;       // [B, Lk, Hkv, Dv]
+  void* out = nullptr;           // [B, Lq, Hq, Dv]
+  float* lse = nullptr;          // [B, Hq, Lq] or nullptr
   DType dtype = DType::f32;      // storage of q, k, v
   DType out_dtype = DType::f32;  // storage of out
   Device device = Device::cpu;
