@@ -8,6 +8,9 @@
 #     top-level CMake build in build/python/<wheel tag>, kept between runs, so a rerun
 #     recompiles only what changed);
 #   - pytest from outside the source tree's python/ folder, so the installed package is tested.
+#   scripts/python-tests.sh prepare   only the virtualenv and its requirements (scripts/test.sh
+#                                     runs this in the background while it builds the C++: the
+#                                     requirements are mostly downloads)
 # Environment: PYTHON (the interpreter for the virtualenv; default Debian's /usr/bin/python3),
 # PYTEST_ARGS (extra pytest arguments).
 set -euo pipefail
@@ -22,6 +25,10 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-test.txt
 t1=$(stamp)
+if [ "${1:-}" = prepare ]; then
+  echo "python: venv + requirements $((t1 - t0)) s"
+  exit 0
+fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
 t2=$(stamp)
 "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests ${PYTEST_ARGS:-}

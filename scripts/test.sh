@@ -14,11 +14,19 @@ scripts/install-deps.sh
 jobs=$(nproc)
 
 cmake --preset default >/dev/null  # also writes build/compile_commands.json for clang-tidy
+# The Python tests' virtualenv and requirements (PyTorch: ~3 GB of downloads) meanwhile.
+scripts/python-tests.sh prepare >build/python-prepare.log 2>&1 &
+python_prepare=$!
 scripts/lint.sh
 cmake --build --preset default -j "$jobs"
 ctest --preset default -j "$jobs"
 
 echo "== Python package and tests (CPU)"
+if ! wait "$python_prepare"; then
+  cat build/python-prepare.log
+  exit 1
+fi
+cat build/python-prepare.log
 scripts/python-tests.sh
 
 nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
