@@ -1,0 +1,91 @@
+"""Per-call cost of the drop-in SDPA against PyTorch's own, on tiny shapes (issue: the Python
+layer's overhead). Medians over interleaved rounds, so that both sides see the same machine.
+
+    python python/bench/overhead.py                 # CPU, B 1, H 8, L 64, D 64, f32
+    python python/bench/overhead.py --device cuda   # also the host time a decode call adds
+
+On the CPU it prints the median time per call of torch's SDPA, tileattn.torch's SDPA (eager, the
+custom operator with autograd) and the plain tileattn.attention call on the same tensors. On CUDA
+(decode-sized: Lq 1) it prints the host time per call (enqueueing a long run without
+synchronising, divided by the calls) beside the kernel time per call (CUDA events over the run).
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import tileattn
+import tileattn.torch as tt
+
+
+def per_call(fn, calls: int, sync) -> float:
+    sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - start) / calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--lq", type=int, default=None, help="default 64 (CPU), 1 (CUDA)")
+    parser.add_argument("--lk", type=int, default=None, help="default 64 (CPU), 4096 (CUDA)")
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--dtype", default=None, help="default float32 (CPU), bfloat16 (CUDA)")
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=7)
+    a = parser.parse_args()
+    cuda = a.device.startswith("cuda")
+    lq = a.lq or (1 if cuda else 64)
+    lk = a.lk or (4096 if cuda else 64)
+    dtype = getattr(torch, a.dtype or ("bfloat16" if cuda else "float32"))
+    torch.manual_seed(0)
+    q = torch.randn(a.batch, a.heads, lq, a.dim, device=a.device, dtype=dtype)
+    k = torch.randn(a.batch, a.heads, lk, a.dim, device=a.device, dtype=dtype)
+    v = torch.randn(a.batch, a.heads, lk, a.dim, device=a.device, dtype=dtype)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    sides = {
+        "torch SDPA": lambda: F.scaled_dot_product_attention(q, k, v),
+        "tileattn.torch SDPA": lambda: tt.scaled_dot_product_attention(q, k, v),
+        "tileattn.attention": lambda: tileattn.attention(q, k, v, layout="bhsd"),
+    }
+    for fn in sides.values():  # warm-up (and the first call's one-time costs)
+        per_call(fn, 50, sync)
+    times = {name: [] for name in sides}
+    for _ in range(a.rounds):
+        for name, fn in sides.items():
+            times[name].append(per_call(fn, a.calls, sync))
+    print(f"{a.device} B {a.batch} H {a.heads} Lq {lq} Lk {lk} D {a.dim} {dtype}, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    base = statistics.median(times["torch SDPA"])
+    for name, t in times.items():
+        m = statistics.median(t)
+        print(f"  {name:22s} {m * 1e6:8.1f} us per call ({m / base:.2f}x torch SDPA)")
+
+    if cuda:  # host time per call against the kernel's
+        fn = sides["tileattn.torch SDPA"]
+        sync()
+        start_event = torch.cuda.Event(enable_timing=True)
+        end_event = torch.cuda.Event(enable_timing=True)
+        start_event.record()
+        host_start = time.perf_counter()
+        for _ in range(a.calls):
+            fn()
+        host = (time.perf_counter() - host_start) / a.calls
+        end_event.record()
+        sync()
+        device = start_event.elapsed_time(end_event) * 1e-3 / a.calls
+        print(f"  tileattn.torch SDPA: host {host * 1e6:.1f} us per call to enqueue, "
+              f"GPU {device * 1e6:.1f} us per call")
+
+
+if __name__ == "__main__":
+    main()
