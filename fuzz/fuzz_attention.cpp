@@ -76,9 +76,11 @@ void for_each_offset(const Tensor& t, F&& f) {
           f(i0 * stride[0] + i1 * stride[1] + i2 * stride[2] + i3 * stride[3]);
 }
 
-// A distinctive quiet-NaN bit pattern per element size, which no computation produces.
+// A distinctive NaN bit pattern per element size, which no computation produces. Two bytes:
+// 0x7fa5 is a NaN both as f16 and as bf16 (a signalling one there, which arithmetic never
+// yields); 0x7e5a, a NaN as f16, is the finite bf16 7.24e37, which an output can hold.
 void sentinel_of(std::size_t element_size, std::byte* out) {
-  const std::uint64_t pattern = element_size == 2   ? 0x7e5a
+  const std::uint64_t pattern = element_size == 2   ? 0x7fa5
                                 : element_size == 4 ? 0x7fe5a5a5
                                 : element_size == 8 ? 0x7ffca5a5a5a5a5a5
                                                     : 0xa5;

@@ -29,7 +29,9 @@ bool request_amx_permission() noexcept {
 
 }  // namespace
 
-CpuIsa detect_cpu_isa() noexcept {
+namespace {
+
+CpuIsa detect_cpu_isa_uncached() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return CpuIsa::portable;
@@ -56,6 +58,15 @@ CpuIsa detect_cpu_isa() noexcept {
   if (os_avx && avx2 && fma && f16c) return CpuIsa::avx2;
 #endif
   return CpuIsa::portable;
+}
+
+}  // namespace
+
+// Detected once per process: under a hypervisor every CPUID traps (microseconds each), which
+// was a sixth of a small call's time (B 1, H 8, L 64, D 64).
+CpuIsa detect_cpu_isa() noexcept {
+  static const CpuIsa isa = detect_cpu_isa_uncached();
+  return isa;
 }
 
 int f32_kernel_lanes(CpuIsa isa) noexcept {
