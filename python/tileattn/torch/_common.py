@@ -27,6 +27,19 @@ def refuse_grad(argument: str, x: Optional[Tensor]):
             f"(pass it detached)")
 
 
+def _plain_eager_call(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether the call can skip the dispatcher: eager, no autograd graph to record, plain
+    tensors (not fake, functional or other subclasses), no functorch transform active."""
+    if torch.compiler.is_compiling():
+        return False
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return False
+    if type(q) is not Tensor or type(k) is not Tensor or type(v) is not Tensor:
+        return False
+    transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return transforms_active is None or not transforms_active()
+
+
 def run(q: Tensor, k: Tensor, v: Tensor, *, mask=None, key_lengths=None, alibi_slopes=None,
         causal=False, top_left=False, window=(-1, -1), scale=None, softcap=0.0, dropout_p=0.0,
         rng=None, bhsd=False, deterministic=False):
@@ -35,7 +48,8 @@ def run(q: Tensor, k: Tensor, v: Tensor, *, mask=None, key_lengths=None, alibi_s
     refuse_grad("alibi_slopes", alibi_slopes)
     if rng is None:
         rng = draw_rng(dropout_p)
-    return _ops.attention_forward(
+    op = _ops.forward_impl if _plain_eager_call(q, k, v) else _ops.attention_forward
+    return op(
         last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v), mask,
         key_lengths, alibi_slopes, bool(causal), bool(top_left), int(window[0]), int(window[1]),
         None if scale is None else float(scale), float(softcap), float(dropout_p), rng,
