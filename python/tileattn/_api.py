@@ -1,7 +1,7 @@
 """tileattn.attention and tileattn.attention_backward over DLPack arrays."""
 
 from . import _tileattn
-from ._arrays import Allocator, default_stream, detach, workspace_allocator
+from ._arrays import Allocator, default_stream, detach, exported, workspace_allocator
 from ._options import (ALIGNMENTS, BACKENDS, CPU_ISAS, choice, fail, layout_is_bhsd, scale_value,
                        u64, window_pair)
 
@@ -87,8 +87,8 @@ def attention(q, k, v, *, causal=False, alignment="bottom-right", window=(-1, -1
         if return_lse:
             hq, lq = (s1, s2) if opts["bhsd"] else (s2, s1)
             lse = alloc.empty((b, hq, lq), float32=True, name="lse")
-    _tileattn.forward(q, k, v, out, lse, detach(mask), detach(key_lengths), detach(alibi_slopes),
-                      **opts)
+    _tileattn.forward(*(exported(x) for x in (q, k, v, out, lse, detach(mask), detach(key_lengths),
+                                              detach(alibi_slopes))), **opts)
     return (out, lse) if return_lse else out
 
 
@@ -123,7 +123,8 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, alignment="bott
             dk = alloc.empty(_shape4(k, "k"), name="dk")
         if dv is None:
             dv = alloc.empty(_shape4(v, "v"), name="dv")
-    _tileattn.backward(dout, q, k, v, out, lse, dq, dk, dv, detach(mask), detach(key_lengths),
-                       detach(alibi_slopes), deterministic=bool(deterministic),
-                       workspace=workspace_allocator(q), **opts)
+    _tileattn.backward(*(exported(x) for x in (dout, q, k, v, out, lse, dq, dk, dv, detach(mask),
+                                               detach(key_lengths), detach(alibi_slopes))),
+                       deterministic=bool(deterministic), workspace=workspace_allocator(q),
+                       **opts)
     return dq, dk, dv
