@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #if defined(__SSE2__)
@@ -348,6 +349,30 @@ struct ThreadScratch {
   }
 };
 
+// The scratch of the calling thread, kept for its later calls (freed when the thread exits):
+// OpenMP's pool threads persist, and building it (about 15 allocations, some zero-filled) was a
+// visible part of a small call. It is rebuilt whenever anything its layout depends on changes, so
+// a reused one is exactly what a new one would be wherever a tile reads before it writes (the
+// zero padding of q_bf16 and probs_bf16); everything else every tile writes before reading.
+ThreadScratch& thread_scratch(const AttnParams& p, const Plan& plan) {
+  struct Key {
+    std::int64_t block_q, block_k, dim_padded, dim_v_padded, dim, dim_v;
+    KernelFamily family;
+    bool dropout;
+    bool operator==(const Key&) const = default;
+  };
+  const Key key{plan.config.block_q,       plan.config.block_k, plan.geometry.dim_padded,
+                plan.geometry.dim_v_padded, p.dim,               p.dim_v,
+                plan.family,               p.has_dropout()};
+  thread_local std::optional<ThreadScratch> scratch;
+  thread_local Key scratch_key{};
+  if (!scratch || !(scratch_key == key)) {
+    scratch.emplace(p, plan);
+    scratch_key = key;
+  }
+  return *scratch;
+}
+
 // Key blocks [begin, end) touched by query rows [row_begin, row_end), and each row's range.
 void row_ranges(const AttnParams& p, std::int64_t block_k, std::int64_t b, std::int64_t row_begin,
                 std::int64_t row_end, std::int64_t* first, std::int64_t* last,
@@ -510,7 +535,7 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
 
 #pragma omp parallel num_threads(resolve_threads(threads))
   {
-    ThreadScratch scratch(p, plan);
+    ThreadScratch& scratch = thread_scratch(p, plan);
     for (std::int64_t phase = 0; phase < pairs; phase += pairs_per_phase) {
       const std::int64_t phase_pairs = std::min(pairs_per_phase, pairs - phase);
 #pragma omp for schedule(static)
