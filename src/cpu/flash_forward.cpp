@@ -361,9 +361,14 @@ ThreadScratch& thread_scratch(const AttnParams& p, const Plan& plan) {
     bool dropout;
     bool operator==(const Key&) const = default;
   };
-  const Key key{plan.config.block_q,       plan.config.block_k, plan.geometry.dim_padded,
-                plan.geometry.dim_v_padded, p.dim,               p.dim_v,
-                plan.family,               p.has_dropout()};
+  const Key key{plan.config.block_q,
+                plan.config.block_k,
+                plan.geometry.dim_padded,
+                plan.geometry.dim_v_padded,
+                p.dim,
+                p.dim_v,
+                plan.family,
+                p.has_dropout()};
   thread_local std::optional<ThreadScratch> scratch;
   thread_local Key scratch_key{};
   if (!scratch || !(scratch_key == key)) {
