@@ -162,22 +162,10 @@ void cuda_flash_backward(const AttnBackwardParams& p, void* stream, bool f32_via
     k.num_n_blocks = static_cast<int>((p.len_k + block_n - 1) / block_n);
   };
   set_blocks(cfg.block_m, cfg.block_n());
-  k.dout = p.dout;
-  k.dq = p.dq;
-  k.dk = p.dk;
-  k.dv = p.dv;
-  k.do_stride_b = p.do_stride_b, k.do_stride_l = p.do_stride_l, k.do_stride_h = p.do_stride_h;
-  k.dq_stride_b = p.dq_stride_b, k.dq_stride_l = p.dq_stride_l, k.dq_stride_h = p.dq_stride_h;
-  k.dk_stride_b = p.dk_stride_b, k.dk_stride_l = p.dk_stride_l, k.dk_stride_h = p.dk_stride_h;
-  k.dv_stride_b = p.dv_stride_b, k.dv_stride_l = p.dv_stride_l, k.dv_stride_h = p.dv_stride_h;
-  k.dout_type = elem_type(p.dout_dtype);
-  k.dq_type = elem_type(p.dq_dtype);
-  k.dk_type = elem_type(p.dk_dtype);
-  k.dv_type = elem_type(p.dv_dtype);
+  set_gradient_views(k, p);
   k.dout_vector_loads = dout_vector_loads_ok(p);
   k.dq_vector_stores = dq_vector_stores_ok(p);
   k.dkv_vector_stores = dkv_vector_stores_ok(p);
-  k.heads_kv = static_cast<int>(p.heads_kv);
   k.len_q_padded = static_cast<int>(len_q_padded);
 
   const std::size_t accum_floats = plan.accum_floats;

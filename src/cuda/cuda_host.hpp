@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/params.hpp"
+#include "cuda/common/flash_bwd_params.hpp"
 #include "cuda/common/flash_fwd_params.hpp"
 
 namespace tileattn::detail {
@@ -31,6 +32,10 @@ bool vector_loads_ok(const AttnParams& p);
 
 // The forward's kernel parameters; num_m_blocks counts query blocks of block_m rows.
 cuda::FlashFwdParams make_fwd_params(const AttnParams& p, int block_m);
+
+// The backward's gradient views (dout, dq, dk, dv: pointers, strides, element types) and kv
+// heads, shared by every backward kernel family's parameters.
+void set_gradient_views(cuda::FlashBwdParams& k, const AttnBackwardParams& p);
 
 // Makes `device` current for the launch and restores the caller's device afterwards.
 class DeviceGuard {

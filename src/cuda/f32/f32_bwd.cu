@@ -65,19 +65,7 @@ void cuda_f32_backward(const AttnBackwardParams& p, void* stream, void* given_wo
 
   F32BwdParams k{};
   static_cast<cuda::FlashFwdParams&>(k) = make_fwd_params(p, 64);
-  k.dout = p.dout;
-  k.dq = p.dq;
-  k.dk = p.dk;
-  k.dv = p.dv;
-  k.do_stride_b = p.do_stride_b, k.do_stride_l = p.do_stride_l, k.do_stride_h = p.do_stride_h;
-  k.dq_stride_b = p.dq_stride_b, k.dq_stride_l = p.dq_stride_l, k.dq_stride_h = p.dq_stride_h;
-  k.dk_stride_b = p.dk_stride_b, k.dk_stride_l = p.dk_stride_l, k.dk_stride_h = p.dk_stride_h;
-  k.dv_stride_b = p.dv_stride_b, k.dv_stride_l = p.dv_stride_l, k.dv_stride_h = p.dv_stride_h;
-  k.dout_type = elem_type(p.dout_dtype);
-  k.dq_type = elem_type(p.dq_dtype);
-  k.dk_type = elem_type(p.dk_dtype);
-  k.dv_type = elem_type(p.dv_dtype);
-  k.heads_kv = static_cast<int>(p.heads_kv);
+  set_gradient_views(k, p);
 
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   DeviceGuard guard(p.device_index);
