@@ -62,3 +62,43 @@ def test_typed_package_ships_stubs():
     assert (pkg / "py.typed").exists()
     assert (pkg / "_tileattn.pyi").exists()
     assert (pkg / "__init__.pyi").exists()
+
+
+_FORMATS_NUMBERS = """
+import numpy as np
+import torch  # loads the process's libstdc++.so before the extension formats anything
+import tileattn
+q = np.zeros((1, 4, 2, 8), np.float32)
+try:
+    tileattn.attention(q, q, q, window=(-3, 0))
+except tileattn.Error as e:
+    print(e)
+"""
+
+
+def test_library_messages_format_numbers_beside_pytorch():
+    # A fresh process, so that PyTorch's libstdc++ is loaded first: an extension carrying its own
+    # exported libstdc++ formatted this message as "... got " (or crashed) there.
+    done = subprocess.run([sys.executable, "-c", _FORMATS_NUMBERS], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("must be >= 0, or -1 for unbounded, got -3"), done.stdout
+    if sys.platform.startswith("linux"):
+        from tileattn import _tileattn
+        # No libstdc++ locale or stream symbol is exported by the extension.
+        text = pathlib.Path(_tileattn.__file__).read_bytes()
+        assert b"_ZNSt6locale" not in _dynamic_symbol_names(text)
+
+
+def _dynamic_symbol_names(elf: bytes) -> bytes:
+    """The names in the ELF's .dynstr section (64-bit little-endian), joined by NUL bytes."""
+    import struct
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
+    names = sections[shstrndx]
+    for name, kind, _, _, offset, size, *_ in sections:
+        end = elf.index(b"\0", names[4] + name)
+        if elf[names[4] + name:end] == b".dynstr":
+            return elf[offset:offset + size]
+    return b""

@@ -3,13 +3,16 @@
 # against the CPU reference, compute-sanitizer memcheck + racecheck on the small cases, then the
 # benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
 #
-#   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test python sanitize race_repeat
+#   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test python python_bench
+#                                        sanitize race_repeat
 #                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80)
 #                                        bwd_parts duel (DUEL_*: tileattn vs cuDNN alternately)
 #                                        f32 (F32_*: f32 storage accuracy vs PyTorch, speed)
 #                                        (default: build test python sanitize bench bench_bwd;
 #                                        python: pip install . with CUDA, then python/tests,
-#                                        PYTEST_ARGS; log in python.log;
+#                                        PYTEST_ARGS; log in python.log; python_bench: after
+#                                        python, overhead.py --device cuda and train_step.py
+#                                        (TRAIN_STEP_ARGS; needs BUILD_TOOLS=ON);
 #                                        bench_bwd: the backward vs PyTorch FA2 and cuDNN;
 #                                        ncu_bwd: Nsight Compute on both backward kernels,
 #                                        D=NCU_BWD_DIM, L=NCU_BWD_LENGTH, NCU_BWD_CAUSAL=0|1
@@ -179,10 +182,16 @@ fi
 if has_stage python; then  # the Python package with the CUDA backend, python/tests on the GPU
   stage_mark python
   start=$(date +%s)
-  # The machine's PyTorch (a virtualenv over the system site-packages); the build requirements
-  # it lacks come from the wheels prepare.sh put in .gpu-deps/wheels (no network there).
+  # A virtualenv that also sees the machine's PyTorch (which lives in a virtualenv of its own, so
+  # --system-site-packages alone does not reach it: a .pth file names its site-packages, after
+  # ours); the build requirements it lacks come from the wheels prepare.sh put in
+  # .gpu-deps/wheels (no network there).
   venv=/tmp/tileattn-venv
-  [[ -x $venv/bin/python ]] || python3 -m venv --system-site-packages "$venv"
+  if [[ ! -x $venv/bin/python ]]; then
+    python3 -m venv --system-site-packages "$venv"
+    python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+      >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/machine-torch.pth"
+  fi
   {
     "$venv/bin/python" -m pip install -q --no-index --find-links "$ROOT/.gpu-deps/wheels" \
       scikit-build-core nanobind pytest numpy &&
@@ -205,6 +214,19 @@ if has_stage python; then  # the Python package with the CUDA backend, python/te
   note "   ($(($(date +%s) - start)) s)"
 fi
 
+if has_stage python_bench; then  # after python (its venv): the Python layer's GPU costs
+  stage_mark python_bench
+  venv=/tmp/tileattn-venv
+  (cd /tmp && timeout 200 "$venv/bin/python" "$ROOT/python/bench/overhead.py" --device cuda) 2>&1 |
+    tee "$OUT/python_overhead.txt" | tee -a "$SUMMARY"
+  if [[ -x $BUILD/tools/tileattn ]]; then  # the build stage with BUILD_TOOLS=ON
+    (cd /tmp && timeout 400 "$venv/bin/python" "$ROOT/python/bench/train_step.py" \
+      --cli "$BUILD/tools/tileattn" ${TRAIN_STEP_ARGS:-}) 2>&1 | tail -12 |
+      tee "$OUT/train_step.txt" | tee -a "$SUMMARY"
+  else
+    note "-- python_bench: no $BUILD/tools/tileattn (run the build stage with BUILD_TOOLS=ON)"
+  fi
+fi
 if has_stage sanitize; then
   stage_mark sanitize
   start=$(date +%s)
