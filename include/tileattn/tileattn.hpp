@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -99,8 +100,22 @@ struct AttentionArgs {
   Tensor mask;
 
   // Optional valid key lengths, i32 or i64 [B]: keys j >= key_lengths[b] are masked, and Lk in the
-  // alignment and ALiBi formulas is key_lengths[b]. Each value must be in [0, Lk].
+  // alignment and ALiBi formulas is key_lengths[b]. Each value must be in [0, Lk] (with varlen:
+  // in [0, sequence b's key count]; FlashAttention calls this seqused_k).
   Tensor key_lengths;
+
+  // Optional packed variable-length batch (FlashAttention's varlen convention), given together:
+  // cu_seqlens_q and cu_seqlens_k, i32 [B + 1], on q's device, each starting at 0 and
+  // non-decreasing. Sequence b owns query rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and keys
+  // [cu_seqlens_k[b], cu_seqlens_k[b + 1]); the tensors then have no batch dimension:
+  //   q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv], out [total_q, Hq, Dv],
+  //   lse [Hq, total_q]   (total_q = cu_seqlens_q[B], total_k = cu_seqlens_k[B])
+  // and every option applies to sequence b exactly as to batch entry b of a padded batch
+  // (positions within the sequence; key_lengths, ALiBi [B, Hq] and dropout indexed by b).
+  // max_seqlen_q / max_seqlen_k must be at least every sequence's query / key count (kernels
+  // size their grids by them). A dense mask is refused with varlen input.
+  Tensor cu_seqlens_q, cu_seqlens_k;
+  std::int64_t max_seqlen_q = 0, max_seqlen_k = 0;
 
   // Softcap c > 0: s = c * tanh(s / c) applied to the scaled scores. 0 disables.
   float softcap = 0.0f;
@@ -125,6 +140,7 @@ struct AttentionArgs {
 //   dq   [B, Lq, Hq, D]    outputs: gradients w.r.t. q, k, v; f32 | f16 | bf16 each, the shapes
 //   dk   [B, Lk, Hkv, D]   of q, k and v, non-overlapping with every input and with each other.
 //   dv   [B, Lk, Hkv, Dv]  GQA/MQA: dk and dv sum over the query heads that share a kv head.
+// With varlen input every one of them drops the batch dimension, as q, k, v and out do.
 // lse (f32 [B, Hq, Lq], the forward's output) is required. Fully masked rows contribute nothing.
 struct AttentionBackwardArgs : AttentionArgs {
   Tensor dout;
@@ -193,6 +209,26 @@ void attention_backward(const AttentionBackwardArgs& args, const Context& ctx = 
 // call runs on a host backend. Validates the arguments as attention_backward does (same errors).
 std::size_t attention_backward_workspace_bytes(const AttentionBackwardArgs& args,
                                                const Context& ctx = {});
+
+// Combines attention results of the same queries over disjoint key sets (split keys, a shared
+// prefix and per-request suffixes, keys on other devices): part i is (out_i, lse_i) as
+// attention_forward gives them over its keys, and the result is what one call over the union
+// of the keys gives: lse = log(sum_i exp(lse_i)), out = sum_i exp(lse_i - lse) out_i, summed in
+// f32 whatever the storage. A part with lse_i = -inf (it saw no key) contributes nothing,
+// whatever its out_i holds; a row every part of which is -inf gets out = 0, lse = -inf. A NaN
+// (or +inf) lse_i makes the row NaN, as a poisoned row of one call would be.
+//   outs[i], out  [B, L, H, Dv] or, for varlen results, [total, H, Dv]; f32 | f16 | bf16 each
+//   lses[i], lse  f32 [B, H, L] or [H, total]; lse may be Tensor{} (not wanted)
+// 1..kMaxMergeParts parts, all on one device (CUDA: enqueued on ctx.cuda_stream). out and lse
+// may be exactly one part's out / lse (the same view: merged in place); any other overlap with
+// an input is refused.
+inline constexpr int kMaxMergeParts = 32;
+void merge_attention_states(std::span<const Tensor> outs, std::span<const Tensor> lses,
+                            const Tensor& out, const Tensor& lse, const Context& ctx = {});
+// The two-part form: (out_a, lse_a) + (out_b, lse_b) -> (out, lse).
+void merge_attention_states(const Tensor& out_a, const Tensor& lse_a, const Tensor& out_b,
+                            const Tensor& lse_b, const Tensor& out, const Tensor& lse,
+                            const Context& ctx = {});
 
 // What the library was built with and what this machine offers.
 struct BuildInfo {

@@ -6,6 +6,7 @@
 
 #include "api/validate.hpp"
 #include "common/threads.hpp"
+#include "common/varlen.hpp"
 #include "cpu/flash_backward.hpp"
 #include "cpu/flash_forward.hpp"
 #include "reference/reference_forward.hpp"
@@ -123,6 +124,14 @@ void run_on_host(F&& f) {
   }
 }
 
+// The CUDA kernels take padded batches only, so far.
+[[maybe_unused]] void refuse_cuda_varlen(const detail::AttnParams& p) {
+  if (p.is_varlen())
+    throw Error(
+        "tileattn: argument 'cu_seqlens_q': varlen batches run on the cpu and reference "
+        "backends; the cuda backend does not support them yet");
+}
+
 }  // namespace
 
 void attention_forward(const AttentionArgs& args, const Context& ctx) {
@@ -133,6 +142,7 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
 #if defined(TILEATTN_WITH_CUDA)
     if (p.device != Device::cuda)
       throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
+    refuse_cuda_varlen(p);
     detail::cuda_flash_forward(p, ctx.cuda_stream, ctx.cuda_f32_via_bf16);
     return;
 #else
@@ -144,12 +154,16 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
   if (p.device != Device::cpu)
     throw Error(std::string("tileattn: argument 'ctx.backend': the ") + to_string(backend) +
                 " backend needs host tensors");
-  if (p.len_q == 0) return;
-  run_on_host([&] {
+  const auto run = [&](const detail::AttnParams& call) {
+    if (call.len_q == 0) return;
     if (backend == Backend::reference)
-      detail::reference_forward(p, ctx.threads);
+      detail::reference_forward(call, ctx.threads);
     else
-      detail::cpu_flash_forward(p, ctx.threads, ctx.cpu_isa);
+      detail::cpu_flash_forward(call, ctx.threads, ctx.cpu_isa);
+  };
+  run_on_host([&] {
+    if (!p.is_varlen()) return run(p);
+    for (std::int64_t b = 0; b < p.batch; ++b) run(detail::sequence_view(p, b));
   });
 }
 
@@ -160,6 +174,7 @@ void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
 #if defined(TILEATTN_WITH_CUDA)
     if (p.device != Device::cuda)
       throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
+    refuse_cuda_varlen(p);
     detail::cuda_flash_backward(p, ctx.cuda_stream, ctx.cuda_f32_via_bf16, ctx.cuda_workspace,
                                 ctx.cuda_workspace_bytes);
     return;
@@ -172,11 +187,15 @@ void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
   if (p.device != Device::cpu)
     throw Error(std::string("tileattn: argument 'ctx.backend': the ") + to_string(backend) +
                 " backend needs host tensors");
-  run_on_host([&] {
+  const auto run = [&](const detail::AttnBackwardParams& call) {
     if (backend == Backend::reference)
-      detail::reference_backward(p, ctx.threads);
+      detail::reference_backward(call, ctx.threads);
     else
-      detail::cpu_flash_backward(p, ctx.threads, ctx.cpu_isa);
+      detail::cpu_flash_backward(call, ctx.threads, ctx.cpu_isa);
+  };
+  run_on_host([&] {
+    if (!p.is_varlen()) return run(p);
+    for (std::int64_t b = 0; b < p.batch; ++b) run(detail::sequence_view(p, b));
   });
 }
 
@@ -185,6 +204,7 @@ std::size_t attention_backward_workspace_bytes(const AttentionBackwardArgs& args
   const detail::AttnBackwardParams p = detail::validate_backward(args);
   if (resolve_backend(ctx, p.device) != Backend::cuda || p.device != Device::cuda) return 0;
 #if defined(TILEATTN_WITH_CUDA)
+  refuse_cuda_varlen(p);
   return detail::cuda_backward_workspace_bytes(p, ctx.cuda_f32_via_bf16);
 #else
   return 0;

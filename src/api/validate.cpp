@@ -2,135 +2,64 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <sstream>
-#include <string>
 #include <utility>
 #include <vector>
+
+#include "api/tensor_checks.hpp"
 
 namespace tileattn::detail {
 namespace {
 
-template <typename... Parts>
-[[noreturn]] void fail(const char* argument, const Parts&... parts) {
-  std::ostringstream os;
-  os << "tileattn: argument '" << argument << "': ";
-  (os << ... << parts);
-  throw Error(os.str());
-}
-
-// Never reads past shape[3], whatever the rank says (messages are built before the rank is known
-// to be valid in a few places).
-std::string shape_string(const Tensor& t) {
-  std::ostringstream os;
-  os << '[';
-  for (int d = 0; d < std::clamp(t.rank, 0, 4); ++d) os << (d ? ", " : "") << t.shape[d];
-  os << ']';
-  return os.str();
-}
-
-// The checks every tensor gets before any of its shape, strides or data are looked at: a rank
-// the struct can hold, enum values that name something, an element-aligned data pointer.
-// Optional tensors are absent only as Tensor{} (rank 0, no data); a shape without data is a
-// mistake (a failed allocation, say), not a request to leave the argument out.
-enum class Presence { required, optional };
-
-void check_tensor_header(const char* name, const Tensor& t, Presence presence) {
-  if (presence == Presence::optional && t.rank == 0 && t.data == nullptr) return;  // absent
-  if (presence == Presence::required && t.data == nullptr)
-    fail(name, "is required but has no data pointer");
-  if (t.rank < 1 || t.rank > 4) fail(name, "rank must be 1..4, got ", t.rank);
-  if (t.data == nullptr)
-    fail(name, "has a shape but no data pointer (an absent optional tensor is Tensor{})");
-  if (static_cast<unsigned>(t.dtype) > static_cast<unsigned>(DType::i64))
-    fail(name, "dtype value ", static_cast<unsigned>(t.dtype), " is not a tileattn::DType");
-  if (static_cast<unsigned>(t.device) > static_cast<unsigned>(Device::cuda))
-    fail(name, "device value ", static_cast<unsigned>(t.device), " is not a tileattn::Device");
-  const std::size_t elem = size_of(t.dtype);
-  if (reinterpret_cast<std::uintptr_t>(t.data) % elem != 0)
-    fail(name, "data pointer ", t.data, " is not aligned to its element size (", elem,
-         " bytes for ", to_string(t.dtype), ")");
-}
-
-bool is_float_storage(DType d) {
-  return d == DType::f32 || d == DType::f16 || d == DType::bf16;
-}
-
-// Byte span [lo, hi) touched by a tensor; also rejects negative sizes/strides and overflow.
-struct Span {
-  std::uintptr_t lo = 0, hi = 0;
-  bool overlaps(const Span& o) const { return lo < o.hi && o.lo < hi; }
+// Where q, k, v, out (and dout, dq, dk, dv) keep each logical dimension: [B, L, H, D] for a
+// padded batch, [total, H, D] (no batch dimension) for a packed varlen batch.
+struct RowLayout {
+  bool varlen = false;
+  int rank() const { return varlen ? 3 : 4; }
+  int len() const { return varlen ? 0 : 1; }
+  int heads() const { return varlen ? 1 : 2; }
+  int dim() const { return varlen ? 2 : 3; }
+  std::int64_t stride_b(const Tensor& t) const { return varlen ? 0 : t.stride[0]; }
+  const char* q() const { return varlen ? "[total_q, Hq, D]" : "[B, Lq, Hq, D]"; }
+  const char* k() const { return varlen ? "[total_k, Hkv, D]" : "[B, Lk, Hkv, D]"; }
+  const char* v() const { return varlen ? "[total_k, Hkv, Dv]" : "[B, Lk, Hkv, Dv]"; }
+  const char* out() const { return varlen ? "[total_q, Hq, Dv]" : "[B, Lq, Hq, Dv]"; }
 };
 
-Span checked_span(const char* name, const Tensor& t) {
-  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
-  std::int64_t last = 0;  // offset in elements of the last element
-  bool empty = false;
-  for (int d = 0; d < t.rank; ++d) {
-    if (t.shape[d] < 0) fail(name, "shape ", shape_string(t), " has a negative size");
-    if (t.stride[d] < 0) fail(name, "stride ", t.stride[d], " of dimension ", d, " is negative");
-    if (t.shape[d] == 0) empty = true;
-    if (t.shape[d] > 1) {
-      if (t.stride[d] != 0 && t.shape[d] - 1 > (kMax - last) / t.stride[d])
-        fail(name, "shape ", shape_string(t), " with its strides overflows 64-bit offsets");
-      last += (t.shape[d] - 1) * t.stride[d];
-    }
+RowLayout row_layout(const AttentionArgs& a) {
+  return RowLayout{a.cu_seqlens_q.present() || a.cu_seqlens_k.present() ||
+                   a.cu_seqlens_q.rank != 0 || a.cu_seqlens_k.rank != 0};
+}
+
+// cu_seqlens_q / _k: i32 [B + 1] on q's device. On the host the offsets are checked: from 0,
+// non-decreasing, ending at the tensor's row count, no sequence longer than max_seqlen. Device
+// offsets are not read here (that would synchronise); kernels trust them.
+void check_cu_seqlens(const char* name, const Tensor& cu, const Tensor& q, std::int64_t batch,
+                      std::int64_t total, const char* total_name, std::int64_t max_seqlen,
+                      const char* max_name) {
+  if (!cu.present()) fail(name, "is required for a varlen batch (give cu_seqlens_q and _k)");
+  require_rank(name, cu, 1, "[B + 1]");
+  if (cu.dtype != DType::i32) fail(name, "dtype must be i32, got ", to_string(cu.dtype));
+  require_device(name, cu, q);
+  if (cu.shape[0] < 2) fail(name, "needs at least 2 entries ([B + 1], B >= 1), got ", cu.shape[0]);
+  if (cu.shape[0] != batch + 1)
+    fail(name, "has ", cu.shape[0], " entries, cu_seqlens_q has ", batch + 1,
+         " (both are [B + 1])");
+  if (cu.stride[0] != 1) fail(name, "must be contiguous");
+  checked_span(name, cu);
+  if (cu.device != Device::cpu) return;
+  const auto* offsets = static_cast<const std::int32_t*>(cu.data);
+  if (offsets[0] != 0) fail(name, "must start at 0, got ", offsets[0]);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t len = std::int64_t{offsets[b + 1]} - offsets[b];
+    if (len < 0)
+      fail(name, "must be non-decreasing: entry ", b + 1, " (", offsets[b + 1],
+           ") is below entry ", b, " (", offsets[b], ")");
+    if (len > max_seqlen)
+      fail(max_name, "is ", max_seqlen, " but sequence ", b, " has ", len, " rows (", name,
+           ")");
   }
-  const auto elem = static_cast<std::int64_t>(size_of(t.dtype));
-  if (last > kMax / elem - 1) fail(name, "byte size overflows 64-bit offsets");
-  Span s;
-  if (empty) return s;
-  s.lo = reinterpret_cast<std::uintptr_t>(t.data);
-  s.hi = s.lo + static_cast<std::uintptr_t>((last + 1) * elem);
-  return s;
-}
-
-// An output must not write two logical elements to one address (a stride 0 on a dimension of
-// size > 1, rows that overlap, ...): the result would depend on the order of the writes. The
-// test is sufficient, not exact: the dimensions of size > 1, sorted by stride, must each step
-// over everything the smaller ones cover. It refuses a few interleavings that do not overlap
-// (docs/semantics.md). Call after checked_span, which rules out negative values and overflow.
-void require_no_internal_overlap(const char* name, const Tensor& t) {
-  std::pair<std::int64_t, std::int64_t> dims[4];  // (stride, size) of the dimensions of size > 1
-  int n = 0;
-  for (int d = 0; d < t.rank; ++d) {
-    if (t.shape[d] == 0) return;  // no element, nothing written
-    if (t.shape[d] > 1) dims[n++] = {t.stride[d], t.shape[d]};
-  }
-  // Insertion sort: four elements at most (std::sort trips GCC 12's -Warray-bounds here).
-  for (int i = 1; i < n; ++i)
-    for (int j = i; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
-  std::int64_t extent = 1;  // last offset + 1 covered by the dimensions seen so far
-  for (int i = 0; i < n; ++i) {
-    const auto [stride, size] = dims[i];
-    if (stride < extent)
-      fail(name, "strides make distinct elements share memory (shape ", shape_string(t),
-           ", a stride of ", stride, " where at least ", extent,
-           " is needed); an output needs one address per element");
-    extent += (size - 1) * stride;
-  }
-}
-
-void require_rank(const char* name, const Tensor& t, int rank, const char* layout) {
-  if (t.rank != rank)
-    fail(name, "expected rank ", rank, " ", layout, ", got rank ", t.rank, " ", shape_string(t));
-}
-
-void require_dim(const char* name, const Tensor& t, int d, std::int64_t expected,
-                 const char* what) {
-  if (t.shape[d] != expected)
-    fail(name, "dimension ", d, " (", what, ") is ", t.shape[d], ", expected ", expected,
-         " (shape ", shape_string(t), ")");
-}
-
-void require_device(const char* name, const Tensor& t, const Tensor& q) {
-  if (t.device != q.device || t.device_index != q.device_index)
-    fail(name, "must be on the same device as q");
-}
-
-void require_unit_inner_stride(const char* name, const Tensor& t) {
-  if (t.shape[3] > 1 && t.stride[3] != 1)
-    fail(name, "the last (head) dimension must be contiguous (stride 1), got stride ", t.stride[3]);
+  if (offsets[batch] != total)
+    fail(name, "ends at ", offsets[batch], " but ", total_name, " is ", total);
 }
 
 }  // namespace
@@ -139,16 +68,20 @@ AttnParams validate_forward(const AttentionArgs& a) {
   AttnParams p;
   const Tensor* required[] = {&a.q, &a.k, &a.v, &a.out};
   const char* required_names[] = {"q", "k", "v", "out"};
-  const char* layouts[] = {"[B, Lq, Hq, D]", "[B, Lk, Hkv, D]", "[B, Lk, Hkv, Dv]",
-                           "[B, Lq, Hq, Dv]"};
   for (int i = 0; i < 4; ++i)
     check_tensor_header(required_names[i], *required[i], Presence::required);
-  const std::pair<const char*, const Tensor*> optional[] = {{"lse", &a.lse},
-                                                            {"mask", &a.mask},
-                                                            {"key_lengths", &a.key_lengths},
-                                                            {"alibi_slopes", &a.alibi_slopes}};
+  const std::pair<const char*, const Tensor*> optional[] = {
+      {"lse", &a.lse},
+      {"mask", &a.mask},
+      {"key_lengths", &a.key_lengths},
+      {"alibi_slopes", &a.alibi_slopes},
+      {"cu_seqlens_q", &a.cu_seqlens_q},
+      {"cu_seqlens_k", &a.cu_seqlens_k}};
   for (const auto& [name, t] : optional) check_tensor_header(name, *t, Presence::optional);
-  for (int i = 0; i < 4; ++i) require_rank(required_names[i], *required[i], 4, layouts[i]);
+  const RowLayout rows = row_layout(a);
+  const char* layouts[] = {rows.q(), rows.k(), rows.v(), rows.out()};
+  for (int i = 0; i < 4; ++i)
+    require_rank(required_names[i], *required[i], rows.rank(), layouts[i]);
   const Tensor &q = a.q, &k = a.k, &v = a.v, &out = a.out;
 
   if (!is_float_storage(q.dtype))
@@ -162,27 +95,31 @@ AttnParams validate_forward(const AttentionArgs& a) {
   for (int i = 1; i < 4; ++i) require_device(required_names[i], *required[i], q);
   if (q.device == Device::cuda && q.device_index < 0) fail("q", "CUDA device index is negative");
 
-  const std::int64_t B = q.shape[0], Lq = q.shape[1], Hq = q.shape[2], D = q.shape[3];
-  const std::int64_t Lk = k.shape[1], Hkv = k.shape[2], Dv = v.shape[3];
-  if (B < 1) fail("q", "batch size must be at least 1, got ", B);
+  // Varlen: B sequences; Lq and Lk are the tensors' row counts (total_q, total_k) until the
+  // per-sequence maxima replace them below.
+  const std::int64_t B = rows.varlen ? a.cu_seqlens_q.shape[0] - 1 : q.shape[0];
+  const std::int64_t Lq = q.shape[rows.len()], Hq = q.shape[rows.heads()], D = q.shape[rows.dim()];
+  const std::int64_t Lk = k.shape[rows.len()], Hkv = k.shape[rows.heads()];
+  const std::int64_t Dv = v.shape[rows.dim()];
+  if (!rows.varlen && B < 1) fail("q", "batch size must be at least 1, got ", B);
   // Kernels index keys and rows with 32-bit lanes: lengths stay below 2^31.
   constexpr std::int64_t kMaxLength = (std::int64_t{1} << 31) - 1;
   if (Lq < 0 || Lq > kMaxLength) fail("q", "query length must be in [0, 2^31 - 1], got ", Lq);
   if (Hq < 1) fail("q", "number of query heads must be at least 1, got ", Hq);
   if (D < 1 || D > 256) fail("q", "head dim D must be in 1..256, got ", D);
-  require_dim("k", k, 0, B, "batch");
-  require_dim("k", k, 3, D, "head dim, must equal q's");
+  if (!rows.varlen) require_dim("k", k, 0, B, "batch");
+  require_dim("k", k, rows.dim(), D, "head dim, must equal q's");
   if (Hkv < 1) fail("k", "number of kv heads must be at least 1, got ", Hkv);
   if (Hq % Hkv != 0) fail("k", "query heads (", Hq, ") must be a multiple of kv heads (", Hkv, ")");
   if (Lk < 0 || Lk > kMaxLength) fail("k", "key length must be in [0, 2^31 - 1], got ", Lk);
-  require_dim("v", v, 0, B, "batch");
-  require_dim("v", v, 1, Lk, "key length, must equal k's");
-  require_dim("v", v, 2, Hkv, "kv heads, must equal k's");
+  if (!rows.varlen) require_dim("v", v, 0, B, "batch");
+  require_dim("v", v, rows.len(), Lk, "key length, must equal k's");
+  require_dim("v", v, rows.heads(), Hkv, "kv heads, must equal k's");
   if (Dv < 1 || Dv > 256) fail("v", "head dim Dv must be in 1..256, got ", Dv);
-  require_dim("out", out, 0, B, "batch");
-  require_dim("out", out, 1, Lq, "query length");
-  require_dim("out", out, 2, Hq, "query heads");
-  require_dim("out", out, 3, Dv, "head dim Dv of v");
+  if (!rows.varlen) require_dim("out", out, 0, B, "batch");
+  require_dim("out", out, rows.len(), Lq, "query length");
+  require_dim("out", out, rows.heads(), Hq, "query heads");
+  require_dim("out", out, rows.dim(), Dv, "head dim Dv of v");
   for (int i = 0; i < 4; ++i) require_unit_inner_stride(required_names[i], *required[i]);
 
   const Span q_span = checked_span("q", q), k_span = checked_span("k", k),
@@ -202,32 +139,60 @@ AttnParams validate_forward(const AttentionArgs& a) {
   p.batch = B;
   p.len_q = Lq;
   p.len_k = Lk;
+  if (rows.varlen) {
+    if (a.mask.present())
+      fail("mask", "is not supported with a varlen batch (use causal, window or key_lengths)");
+    if (a.max_seqlen_q < 0 || a.max_seqlen_q > kMaxLength)
+      fail("max_seqlen_q", "must be in [0, 2^31 - 1], got ", a.max_seqlen_q);
+    if (a.max_seqlen_k < 0 || a.max_seqlen_k > kMaxLength)
+      fail("max_seqlen_k", "must be in [0, 2^31 - 1], got ", a.max_seqlen_k);
+    check_cu_seqlens("cu_seqlens_q", a.cu_seqlens_q, q, B, Lq, "total_q (q's rows)",
+                     a.max_seqlen_q, "max_seqlen_q");
+    check_cu_seqlens("cu_seqlens_k", a.cu_seqlens_k, q, B, Lk, "total_k (k's rows)",
+                     a.max_seqlen_k, "max_seqlen_k");
+    p.cu_seqlens_q = static_cast<const std::int32_t*>(a.cu_seqlens_q.data);
+    p.cu_seqlens_k = static_cast<const std::int32_t*>(a.cu_seqlens_k.data);
+    p.len_q = a.max_seqlen_q;
+    p.len_k = a.max_seqlen_k;
+  }
   p.heads_q = Hq;
   p.heads_kv = Hkv;
   p.dim = D;
   p.dim_v = Dv;
   p.heads_per_kv = Hq / Hkv;
-  p.q_stride_b = q.stride[0], p.q_stride_l = q.stride[1], p.q_stride_h = q.stride[2];
-  p.k_stride_b = k.stride[0], p.k_stride_l = k.stride[1], p.k_stride_h = k.stride[2];
-  p.v_stride_b = v.stride[0], p.v_stride_l = v.stride[1], p.v_stride_h = v.stride[2];
-  p.o_stride_b = out.stride[0], p.o_stride_l = out.stride[1], p.o_stride_h = out.stride[2];
+  const int l = rows.len(), h = rows.heads();
+  p.q_stride_b = rows.stride_b(q), p.q_stride_l = q.stride[l], p.q_stride_h = q.stride[h];
+  p.k_stride_b = rows.stride_b(k), p.k_stride_l = k.stride[l], p.k_stride_h = k.stride[h];
+  p.v_stride_b = rows.stride_b(v), p.v_stride_l = v.stride[l], p.v_stride_h = v.stride[h];
+  p.o_stride_b = rows.stride_b(out), p.o_stride_l = out.stride[l], p.o_stride_h = out.stride[h];
 
   Span lse_span;  // empty when there is no lse: overlaps nothing
   if (a.lse.present()) {
     const Tensor& lse = a.lse;
-    require_rank("lse", lse, 3, "[B, Hq, Lq]");
+    const int off = rows.varlen ? 1 : 0;  // varlen: [Hq, total_q]
+    require_rank("lse", lse, 3 - off, rows.varlen ? "[Hq, total_q]" : "[B, Hq, Lq]");
     if (lse.dtype != DType::f32) fail("lse", "dtype must be f32, got ", to_string(lse.dtype));
     require_device("lse", lse, q);
-    require_dim("lse", lse, 0, B, "batch");
-    require_dim("lse", lse, 1, Hq, "query heads");
-    require_dim("lse", lse, 2, Lq, "query length");
+    if (!rows.varlen) require_dim("lse", lse, 0, B, "batch");
+    require_dim("lse", lse, 1 - off, Hq, "query heads");
+    require_dim("lse", lse, 2 - off, Lq, "query length");
     lse_span = checked_span("lse", lse);
     require_no_internal_overlap("lse", lse);
     if (lse_span.overlaps(q_span) || lse_span.overlaps(k_span) || lse_span.overlaps(v_span) ||
         lse_span.overlaps(out_span))
       fail("lse", "overlaps q, k, v or out");
     p.lse = static_cast<float*>(lse.data);
-    p.lse_stride_b = lse.stride[0], p.lse_stride_h = lse.stride[1], p.lse_stride_l = lse.stride[2];
+    p.lse_stride_b = rows.varlen ? 0 : lse.stride[0];
+    p.lse_stride_h = lse.stride[1 - off], p.lse_stride_l = lse.stride[2 - off];
+  }
+
+  if (rows.varlen) {
+    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"cu_seqlens_q",
+                                                                       &a.cu_seqlens_q},
+                                  {"cu_seqlens_k", &a.cu_seqlens_k}}) {
+      const Span span = checked_span(name, *t);
+      if (span.overlaps(out_span) || span.overlaps(lse_span)) fail(name, "overlaps out or lse");
+    }
   }
 
   if (a.scale.has_value() && !std::isfinite(*a.scale))
@@ -247,7 +212,7 @@ AttnParams validate_forward(const AttentionArgs& a) {
   p.alignment = a.alignment;
   // A window wider than Lq + Lk is unbounded in effect; clamping keeps index arithmetic in range.
   const auto clamp_window = [&](std::int64_t w) {
-    return w == kUnbounded ? w : std::min(w, Lq + Lk);
+    return w == kUnbounded ? w : std::min(w, p.len_q + p.len_k);
   };
   p.window_left = clamp_window(a.window_left);
   p.window_right = clamp_window(a.window_right);
@@ -298,8 +263,11 @@ AttnParams validate_forward(const AttentionArgs& a) {
     if (kl.device == Device::cpu) {  // device-resident lengths are clamped by the kernel instead
       for (std::int64_t b = 0; b < B; ++b) {
         const std::int64_t len = p.key_length(b);
-        if (len < 0 || len > Lk)
-          fail("key_lengths", "entry ", b, " is ", len, ", expected a value in [0, ", Lk, "]");
+        const std::int64_t keys =
+            rows.varlen ? std::int64_t{p.cu_seqlens_k[b + 1]} - p.cu_seqlens_k[b] : Lk;
+        if (len < 0 || len > keys)
+          fail("key_lengths", "entry ", b, " is ", len, ", expected a value in [0, ", keys,
+               rows.varlen ? "] (sequence b's key count)" : "]");
       }
     }
   }
@@ -341,14 +309,14 @@ AttnParams validate_forward(const AttentionArgs& a) {
 
 namespace {
 
-// dout, dq, dk, dv: a rank-4 float tensor shaped like `model` on q's device.
+// dout, dq, dk, dv: a float tensor shaped like `model` (q, k, v or out) on q's device.
 void require_like(const char* name, const Tensor& t, const Tensor& model, const char* model_name,
                   const char* layout, const Tensor& q) {
-  require_rank(name, t, 4, layout);
+  require_rank(name, t, model.rank, layout);
   if (!is_float_storage(t.dtype))
     fail(name, "dtype must be f32, f16 or bf16, got ", to_string(t.dtype));
   require_device(name, t, q);
-  for (int d = 0; d < 4; ++d)
+  for (int d = 0; d < model.rank; ++d)
     if (t.shape[d] != model.shape[d])
       fail(name, "shape ", shape_string(t), " must equal ", model_name, "'s ", shape_string(model),
            " ", layout);
@@ -367,10 +335,11 @@ AttnBackwardParams validate_backward(const AttentionBackwardArgs& a) {
                                 {"dk", &a.dk},
                                 {"dv", &a.dv}})
     check_tensor_header(name, *t, Presence::required);
-  require_like("dout", a.dout, a.out, "out", "[B, Lq, Hq, Dv]", a.q);
-  require_like("dq", a.dq, a.q, "q", "[B, Lq, Hq, D]", a.q);
-  require_like("dk", a.dk, a.k, "k", "[B, Lk, Hkv, D]", a.q);
-  require_like("dv", a.dv, a.v, "v", "[B, Lk, Hkv, Dv]", a.q);
+  const RowLayout rows = row_layout(a);
+  require_like("dout", a.dout, a.out, "out", rows.out(), a.q);
+  require_like("dq", a.dq, a.q, "q", rows.q(), a.q);
+  require_like("dk", a.dk, a.k, "k", rows.k(), a.q);
+  require_like("dv", a.dv, a.v, "v", rows.v(), a.q);
 
   // The gradients must not overlap any input or each other.
   std::vector<Span> inputs;
@@ -382,7 +351,9 @@ AttnBackwardParams validate_backward(const AttentionBackwardArgs& a) {
                                                         {"dout", &a.dout},
                                                         {"mask", &a.mask},
                                                         {"key_lengths", &a.key_lengths},
-                                                        {"alibi_slopes", &a.alibi_slopes}};
+                                                        {"alibi_slopes", &a.alibi_slopes},
+                                                        {"cu_seqlens_q", &a.cu_seqlens_q},
+                                                        {"cu_seqlens_k", &a.cu_seqlens_k}};
   for (const auto& [name, t] : read)
     if (t->present()) inputs.push_back(checked_span(name, *t));
   const std::pair<const char*, const Tensor*> written[] = {
@@ -394,8 +365,8 @@ AttnBackwardParams validate_backward(const AttentionBackwardArgs& a) {
     for (const Span& in : inputs)
       if (span.overlaps(in))
         fail(name,
-             "overlaps an input (q, k, v, out, lse, dout, mask, key_lengths or "
-             "alibi_slopes); gradients must be separate buffers");
+             "overlaps an input (q, k, v, out, lse, dout, mask, key_lengths, alibi_slopes "
+             "or cu_seqlens); gradients must be separate buffers");
     for (const Span& other : outputs)
       if (span.overlaps(other)) fail(name, "overlaps another gradient output (dq, dk or dv)");
     outputs.push_back(span);
@@ -409,11 +380,12 @@ AttnBackwardParams validate_backward(const AttentionBackwardArgs& a) {
   p.dq_dtype = a.dq.dtype;
   p.dk_dtype = a.dk.dtype;
   p.dv_dtype = a.dv.dtype;
-  p.do_stride_b = a.dout.stride[0], p.do_stride_l = a.dout.stride[1],
-  p.do_stride_h = a.dout.stride[2];
-  p.dq_stride_b = a.dq.stride[0], p.dq_stride_l = a.dq.stride[1], p.dq_stride_h = a.dq.stride[2];
-  p.dk_stride_b = a.dk.stride[0], p.dk_stride_l = a.dk.stride[1], p.dk_stride_h = a.dk.stride[2];
-  p.dv_stride_b = a.dv.stride[0], p.dv_stride_l = a.dv.stride[1], p.dv_stride_h = a.dv.stride[2];
+  const int l = rows.len(), h = rows.heads();
+  p.do_stride_b = rows.stride_b(a.dout), p.do_stride_l = a.dout.stride[l],
+  p.do_stride_h = a.dout.stride[h];
+  p.dq_stride_b = rows.stride_b(a.dq), p.dq_stride_l = a.dq.stride[l], p.dq_stride_h = a.dq.stride[h];
+  p.dk_stride_b = rows.stride_b(a.dk), p.dk_stride_l = a.dk.stride[l], p.dk_stride_h = a.dk.stride[h];
+  p.dv_stride_b = rows.stride_b(a.dv), p.dv_stride_l = a.dv.stride[l], p.dv_stride_h = a.dv.stride[h];
   p.deterministic = a.deterministic;
   return p;
 }

@@ -49,12 +49,22 @@ struct AttnParams {
   const void* key_lengths = nullptr;  // i32 or i64 [B], or nullptr
   DType key_lengths_dtype = DType::i32;
 
+  // A packed variable-length batch (varlen): sequence b owns query rows [cu_seqlens_q[b],
+  // cu_seqlens_q[b + 1]) of q, out (and lse's columns) and keys [cu_seqlens_k[b],
+  // cu_seqlens_k[b + 1]) of k and v, i32 [batch + 1] in the tensors' memory; len_q and len_k are
+  // then upper bounds (max_seqlen_q / _k) and the *_stride_b are 0. nullptr: a padded batch.
+  // Host backends run each sequence as a batch of one (varlen.hpp: sequence_view).
+  const std::int32_t* cu_seqlens_q = nullptr;
+  const std::int32_t* cu_seqlens_k = nullptr;
+
   const float* alibi_slopes = nullptr;  // f32, indexed b * alibi_stride_b + h * alibi_stride_h
   std::int64_t alibi_stride_b = 0, alibi_stride_h = 0;
 
   DropoutParams dropout;  // threshold 0: no dropout
 
   bool has_dropout() const noexcept { return dropout.threshold != 0; }
+
+  bool is_varlen() const noexcept { return cu_seqlens_q != nullptr; }
 
   bool has_window() const noexcept {
     return window_left != kUnbounded || window_right != kUnbounded;

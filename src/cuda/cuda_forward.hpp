@@ -3,6 +3,7 @@
 
 #include <cstddef>
 
+#include "common/merge_params.hpp"
 #include "common/params.hpp"
 
 namespace tileattn::detail {
@@ -24,5 +25,8 @@ void cuda_flash_backward(const AttnBackwardParams& p, void* stream, bool f32_via
 
 // The workspace bytes cuda_flash_backward needs for `p`.
 std::size_t cuda_backward_workspace_bytes(const AttnBackwardParams& p, bool f32_via_bf16 = false);
+
+// Enqueues merge_attention_states on `stream`; no synchronisation, no allocation.
+void cuda_merge_states(const MergeParams& p, void* stream);
 
 }  // namespace tileattn::detail
