@@ -18,7 +18,8 @@ namespace tileattn::tools {
 namespace {
 
 struct RunOptions {
-  std::string q, k, v, out, lse, mask, key_lengths, alibi;
+  std::string q, k, v, out, lse, mask, key_lengths, alibi, cu_seqlens_q, cu_seqlens_k;
+  std::int64_t max_seqlen_q = -1, max_seqlen_k = -1;  // -1: the longest in the offsets
   std::string layout = "bshd";
   std::string causal = "none";
   std::string window = "-1,-1";
@@ -48,7 +49,9 @@ int run(const RunOptions& o) {
                               {"--v", o.v},
                               {"--mask", o.mask},
                               {"--key-lengths", o.key_lengths},
-                              {"--alibi", o.alibi}});
+                              {"--alibi", o.alibi},
+                              {"--cu-seqlens-q", o.cu_seqlens_q},
+                              {"--cu-seqlens-k", o.cu_seqlens_k}});
   AttentionArgs args;
   apply_causal(o.causal, args);
   parse_window(o.window, args.window_left, args.window_right);
@@ -75,6 +78,12 @@ int run(const RunOptions& o) {
   if (!o.mask.empty()) buf.mask = load_npy(o.mask, "--mask");
   if (!o.key_lengths.empty()) buf.key_lengths = load_npy(o.key_lengths, "--key-lengths");
   if (!o.alibi.empty()) buf.alibi_slopes = load_npy(o.alibi, "--alibi");
+  if (!o.cu_seqlens_q.empty()) buf.cu_seqlens_q = load_npy(o.cu_seqlens_q, "--cu-seqlens-q");
+  if (!o.cu_seqlens_k.empty()) buf.cu_seqlens_k = load_npy(o.cu_seqlens_k, "--cu-seqlens-k");
+  if (!buf.cu_seqlens_q.empty() && buf.layout != Layout::bshd)
+    throw ToolError("--layout: a varlen batch (--cu-seqlens-q) is packed [total, H, D]: bshd only");
+  args.max_seqlen_q = o.max_seqlen_q >= 0 ? o.max_seqlen_q : max_sequence_length(buf.cu_seqlens_q);
+  args.max_seqlen_k = o.max_seqlen_k >= 0 ? o.max_seqlen_k : max_sequence_length(buf.cu_seqlens_k);
   // Uninitialised: the library writes every element (or throws, and nothing is saved).
   buf.out = HostTensor(DType::f32, out_shape(buf.q, buf.v), HostTensor::Uninitialized{});
   if (!o.lse.empty())
@@ -119,7 +128,16 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--mask", o->mask,
                   "Mask .npy, bool (true = attend) or float32 (additive), broadcastable to "
                   "[B, Hq, Lq, Lk]");
-  sub->add_option("--key-lengths", o->key_lengths, "Valid key lengths .npy, int32/int64 [B]");
+  sub->add_option("--key-lengths", o->key_lengths,
+                  "Valid key lengths .npy, int32/int64 [B] (varlen: keys used per sequence)");
+  sub->add_option("--cu-seqlens-q", o->cu_seqlens_q,
+                  "Varlen batch: query offsets .npy, int32 [B + 1]; q, k, v, out are then packed "
+                  "[total, H, D] and lse [Hq, total_q]");
+  sub->add_option("--cu-seqlens-k", o->cu_seqlens_k, "Varlen batch: key offsets .npy, int32 [B + 1]");
+  sub->add_option("--max-seqlen-q", o->max_seqlen_q,
+                  "Varlen: bound on every sequence's query count (default: the longest)");
+  sub->add_option("--max-seqlen-k", o->max_seqlen_k,
+                  "Varlen: bound on every sequence's key count (default: the longest)");
   add_scale_option(*sub, o->scale);
   sub->add_option("--softcap", o->softcap, "Softcap c > 0: s = c*tanh(s/c); 0 = off")
       ->capture_default_str();

@@ -48,6 +48,8 @@ DeviceStaging::DeviceStaging(const AttentionBuffers& host, AttentionArgs& args, 
   stage(host.mask, args.mask, true);
   stage(host.key_lengths, args.key_lengths, true);
   stage(host.alibi_slopes, args.alibi_slopes, true);
+  stage(host.cu_seqlens_q, args.cu_seqlens_q, true);
+  stage(host.cu_seqlens_k, args.cu_seqlens_k, true);
   out_ = stage(host.out, args.out, upload_outputs);
   lse_ = stage(host.lse, args.lse, upload_outputs);
 }

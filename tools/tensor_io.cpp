@@ -134,20 +134,33 @@ void AttentionBuffers::bind(AttentionArgs& args) const {
   args.mask = mask.view("mask");
   args.key_lengths = key_lengths.view("key_lengths");
   args.alibi_slopes = alibi_slopes.view("alibi_slopes");
+  args.cu_seqlens_q = cu_seqlens_q.view("cu_seqlens_q");
+  args.cu_seqlens_k = cu_seqlens_k.view("cu_seqlens_k");
 }
 
 std::vector<std::int64_t> out_shape(const HostTensor& q, const HostTensor& v) {
-  if (q.shape().size() != 4 || v.shape().size() != 4) return {1, 1, 1, 1};
+  const std::size_t rank = q.shape().size();
+  if ((rank != 4 && rank != 3) || v.shape().size() != rank) return {1, 1, 1, 1};
   std::vector<std::int64_t> s = q.shape();
-  s[3] = v.shape()[3];
+  s[rank - 1] = v.shape()[rank - 1];
   return s;
 }
 
 std::vector<std::int64_t> lse_shape(const HostTensor& q, Layout layout) {
-  if (q.shape().size() != 4) return {1, 1, 1};
   const auto& s = q.shape();
+  if (s.size() == 3) return {s[1], s[0]};
+  if (s.size() != 4) return {1, 1, 1};
   return layout == Layout::bshd ? std::vector<std::int64_t>{s[0], s[2], s[1]}
                                 : std::vector<std::int64_t>{s[0], s[1], s[2]};
+}
+
+std::int64_t max_sequence_length(const HostTensor& cu_seqlens) {
+  if (cu_seqlens.empty() || cu_seqlens.dtype() != DType::i32) return 0;
+  const auto* offsets = static_cast<const std::int32_t*>(cu_seqlens.data());
+  std::int64_t longest = 0;
+  for (std::int64_t b = 0; b + 1 < cu_seqlens.numel(); ++b)
+    longest = std::max<std::int64_t>(longest, std::int64_t{offsets[b + 1]} - offsets[b]);
+  return longest;
 }
 
 }  // namespace tileattn::tools

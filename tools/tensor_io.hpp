@@ -74,21 +74,27 @@ HostTensor convert(HostTensor t, DType to);
 // Element i of a float tensor as f32.
 float load_f32(const HostTensor& t, std::int64_t i) noexcept;
 
-// The buffers of one attention call. q, k, v, out are in `layout`; lse is [B, Hq, Lq] f32.
-// Optional ones are empty when absent.
+// The buffers of one attention call. q, k, v, out are in `layout` (rank 3 [total, H, D] for a
+// varlen batch); lse is [B, Hq, Lq] f32 ([Hq, total_q] for varlen). Optional ones are empty
+// when absent.
 struct AttentionBuffers {
   Layout layout = Layout::bshd;
   HostTensor q, k, v, out, lse;
   HostTensor mask, key_lengths, alibi_slopes;
+  HostTensor cu_seqlens_q, cu_seqlens_k;
 
   // Points the tensor fields of `args` at these buffers (zero-copy views).
   void bind(AttentionArgs& args) const;
 };
 
-// The shape out must have for q, v in `layout` (q's leading dims, v's head dim), or a dummy
-// [1, 1, 1, 1] when q or v is not rank 4 so that the library reports the real problem.
+// The shape out must have for q, v in `layout` (q's leading dims, v's head dim; rank 3 for a
+// varlen batch), or a dummy [1, 1, 1, 1] when q or v is neither so that the library reports
+// the real problem.
 std::vector<std::int64_t> out_shape(const HostTensor& q, const HostTensor& v);
-// [B, Hq, Lq] for q in `layout` (dummy [1, 1, 1] when q is not rank 4).
+// [B, Hq, Lq] for q in `layout`, [Hq, total_q] for a rank-3 (varlen) q (dummy [1, 1, 1] else).
 std::vector<std::int64_t> lse_shape(const HostTensor& q, Layout layout);
+// The largest sequence length in cu_seqlens offsets (i32 [B + 1]); 0 when there are none.
+// Offsets that decrease count as 0 here: the library reports them.
+std::int64_t max_sequence_length(const HostTensor& cu_seqlens);
 
 }  // namespace tileattn::tools
