@@ -1,11 +1,13 @@
 #include "options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -130,6 +132,21 @@ void Problem::resolve_defaults() {
   if (len_k == 0) len_k = len_q;
   if (dim_v == 0) dim_v = dim;
   if (seed == 0) seed = fresh_seed();
+  sequence_lengths.clear();
+  if (varlen.empty()) return;
+  long long lo = 0, hi = 0;
+  char tail = 0;
+  if (std::sscanf(varlen.c_str(), "%lld:%lld%c", &lo, &hi, &tail) != 2 || lo < 1 || hi < lo)
+    throw ToolError("--varlen: expected LO:HI with 1 <= LO <= HI, got '" + varlen + "'");
+  if (len_k != len_q) throw ToolError("--varlen: keys are the queries' lengths (leave --lk out)");
+  // The lengths come from the seed, so a given --seed reproduces the batch.
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<long long> length(lo, hi);
+  for (std::int64_t left = batch * len_q; left > 0;) {
+    const std::int64_t n = std::min<std::int64_t>(length(rng), left);
+    sequence_lengths.push_back(n);
+    left -= n;
+  }
 }
 
 void Problem::add_options(CLI::App& app) {
@@ -155,6 +172,9 @@ void Problem::add_options(CLI::App& app) {
   add_threads_option(app, threads);
   add_f32_via_bf16_flag(app, f32_via_bf16);
   app.add_option("--seed", seed, "Random seed; 0 = a fresh one (printed)");
+  app.add_option("--varlen", varlen,
+                 "LO:HI: a packed varlen batch of B x Lq tokens, sequence lengths uniform in "
+                 "[LO, HI] drawn from --seed (keys = queries per sequence)");
   app.add_option("--dropout", dropout,
                  "Dropout probability in [0, 1) (Philox keyed by --seed, offset 0); 0 = off")
       ->capture_default_str();
@@ -218,6 +238,9 @@ AttentionArgs Problem::args() const {
   a.scale = parse_scale(scale);
   a.dropout_p = dropout;
   a.dropout_seed = seed;
+  if (is_varlen())
+    a.max_seqlen_q = a.max_seqlen_k =
+        *std::max_element(sequence_lengths.begin(), sequence_lengths.end());
   return a;
 }
 
@@ -235,25 +258,45 @@ AttentionBuffers Problem::make_buffers() const {
     throw ToolError("the problem shape must have B, Hq, Hkv, D, Dv >= 1 and Lq, Lk >= 0");
   const DType storage = parse_dtype(dtype);
   AttentionBuffers buf;
-  buf.q = HostTensor(storage, {batch, len_q, heads, dim});
-  buf.k = HostTensor(storage, {batch, len_k, kv_heads, dim});
-  buf.v = HostTensor(storage, {batch, len_k, kv_heads, dim_v});
+  if (is_varlen()) {
+    const std::int64_t total = batch * len_q, n = static_cast<std::int64_t>(sequence_lengths.size());
+    buf.q = HostTensor(storage, {total, heads, dim});
+    buf.k = HostTensor(storage, {total, kv_heads, dim});
+    buf.v = HostTensor(storage, {total, kv_heads, dim_v});
+    buf.out = HostTensor(DType::f32, {total, heads, dim_v});
+    if (with_lse) buf.lse = HostTensor(DType::f32, {heads, total});
+    buf.cu_seqlens_q = HostTensor(DType::i32, {n + 1});
+    auto* cu = buf.cu_seqlens_q.data_as<std::int32_t>();
+    cu[0] = 0;
+    for (std::int64_t b = 0; b < n; ++b)
+      cu[b + 1] = static_cast<std::int32_t>(cu[b] + sequence_lengths[static_cast<std::size_t>(b)]);
+    buf.cu_seqlens_k = buf.cu_seqlens_q;
+  } else {
+    buf.q = HostTensor(storage, {batch, len_q, heads, dim});
+    buf.k = HostTensor(storage, {batch, len_k, kv_heads, dim});
+    buf.v = HostTensor(storage, {batch, len_k, kv_heads, dim_v});
+    buf.out = HostTensor(DType::f32, {batch, len_q, heads, dim_v});
+    if (with_lse) buf.lse = HostTensor(DType::f32, {batch, heads, len_q});
+  }
   fill_normal(buf.q, seed);
   fill_normal(buf.k, seed + 1);
   fill_normal(buf.v, seed + 2);
-  buf.out = HostTensor(DType::f32, {batch, len_q, heads, dim_v});
-  if (with_lse) buf.lse = HostTensor(DType::f32, {batch, heads, len_q});
   return buf;
 }
 
 Problem::BackwardBuffers Problem::make_backward_buffers(const std::string& gradient_dtype) const {
   const DType grad = parse_dtype(gradient_dtype.empty() ? dtype : gradient_dtype);
   BackwardBuffers buf;
-  buf.dout = HostTensor(DType::f32, {batch, len_q, heads, dim_v});
+  // Varlen: packed [total, H, D] (total = B x Lq, keys = queries).
+  const auto shape = [&](std::int64_t len, std::int64_t h, std::int64_t d) {
+    return is_varlen() ? std::vector<std::int64_t>{batch * len, h, d}
+                       : std::vector<std::int64_t>{batch, len, h, d};
+  };
+  buf.dout = HostTensor(DType::f32, shape(len_q, heads, dim_v));
   fill_normal(buf.dout, seed + 3);
-  buf.dq = HostTensor(grad, {batch, len_q, heads, dim});
-  buf.dk = HostTensor(grad, {batch, len_k, kv_heads, dim});
-  buf.dv = HostTensor(grad, {batch, len_k, kv_heads, dim_v});
+  buf.dq = HostTensor(grad, shape(len_q, heads, dim));
+  buf.dk = HostTensor(grad, shape(len_k, kv_heads, dim));
+  buf.dv = HostTensor(grad, shape(len_k, kv_heads, dim_v));
   return buf;
 }
 
@@ -265,6 +308,13 @@ void Problem::BackwardBuffers::bind(AttentionBackwardArgs& args) const {
 }
 
 double Problem::flops() const {
+  if (is_varlen()) {
+    double f = 0.0;
+    for (const std::int64_t n : sequence_lengths)
+      f += 2.0 * static_cast<double>(heads) * static_cast<double>(n) * static_cast<double>(n) *
+           static_cast<double>(dim + dim_v) * (causal != "none" ? 0.5 : 1.0);
+    return f;
+  }
   double f = 2.0 * static_cast<double>(batch) * static_cast<double>(heads) *
              static_cast<double>(len_q) * static_cast<double>(len_k) *
              static_cast<double>(dim + dim_v);
@@ -280,6 +330,9 @@ std::string Problem::describe() const {
   if (window != "-1,-1") os << " window=" << window;
   if (softcap > 0.0f) os << " softcap=" << softcap;
   if (dropout > 0.0f) os << " dropout=" << dropout;
+  if (is_varlen())
+    os << " varlen=" << varlen << " (" << sequence_lengths.size() << " sequences of "
+       << batch * len_q << " tokens)";
   return os.str();
 }
 

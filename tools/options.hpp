@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tensor_io.hpp"
 #include "tileattn/tileattn.hpp"
@@ -54,9 +55,14 @@ struct Problem {
   float dropout = 0.0f;    // dropout_p; the dropout seed is `seed`, the offset 0
   bool with_lse = false;
   bool f32_via_bf16 = false;  // Context::cuda_f32_via_bf16
+  // --varlen LO:HI: a packed varlen batch of B x Lq tokens in sequences whose lengths are drawn
+  // uniformly from [LO, HI] (the last one takes what is left), keys = queries per sequence.
+  std::string varlen;
+  std::vector<std::int64_t> sequence_lengths;  // drawn by resolve_defaults
 
-  // kv_heads, len_k, dim_v default to heads, len_q, dim when 0.
+  // kv_heads, len_k, dim_v default to heads, len_q, dim when 0; draws the varlen lengths.
   void resolve_defaults();
+  bool is_varlen() const { return !sequence_lengths.empty(); }
   // Registers --batch --heads --kv-heads --lq --lk --dim --dim-v --causal --window --softcap
   // --scale --dtype --backend --isa --threads --f32-via-bf16 --seed on a subcommand.
   void add_options(CLI::App& app);
@@ -72,7 +78,8 @@ struct Problem {
     void bind(AttentionBackwardArgs& args) const;
   };
   BackwardBuffers make_backward_buffers(const std::string& gradient_dtype = "") const;
-  // FLOPs credited to one forward call: 2·B·Hq·Lq·Lk·(D + Dv), halved for causal when Lq == Lk.
+  // FLOPs credited to one forward call: 2·B·Hq·Lq·Lk·(D + Dv), halved for causal when Lq == Lk
+  // (varlen: the sum over the sequences, each with Lq = Lk = its length).
   // A backward call is credited 2.5 times as many (its five products to the forward's two).
   double flops() const;
   std::string describe() const;  // one line: shape and options
