@@ -11,7 +11,7 @@ from ._tileattn import Error, __version__, build_info, build_report
 
 Error.__module__ = "tileattn"
 from . import dropout
-from ._api import attention, attention_backward
+from ._api import attention, attention_backward, merge_attention_states
 
 __all__ = ["Error", "__version__", "attention", "attention_backward", "build_info", "dropout",
-           "build_report"]
+           "build_report", "merge_attention_states"]
