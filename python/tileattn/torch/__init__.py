@@ -3,8 +3,8 @@ drop-ins with the originals' signatures.
 
   * ``tileattn.torch.attention`` — every tileattn option, differentiable;
   * ``scaled_dot_product_attention`` — for ``torch.nn.functional.scaled_dot_product_attention``;
-  * ``flash_attn_func``, ``flash_attn_kvpacked_func``, ``flash_attn_qkvpacked_func`` — for
-    FlashAttention's functions of the same names;
+  * ``flash_attn_func``, ``flash_attn_kvpacked_func``, ``flash_attn_qkvpacked_func`` and the
+    ``flash_attn_varlen_*`` forms — for FlashAttention's functions of the same names;
   * ``MultiheadAttention`` — for ``torch.nn.MultiheadAttention``.
 
 The operators are ``torch.ops.tileattn.attention_forward`` and
@@ -12,9 +12,13 @@ The operators are ``torch.ops.tileattn.attention_forward`` and
 """
 
 from . import _ops  # registers the custom operators
-from .flash import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+from .flash import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                    flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
+                    flash_attn_varlen_qkvpacked_func)
 from .functional import attention, scaled_dot_product_attention
 from .modules import MultiheadAttention
 
 __all__ = ["attention", "scaled_dot_product_attention", "flash_attn_func",
-           "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "MultiheadAttention"]
+           "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
+           "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func",
+           "MultiheadAttention"]

@@ -42,8 +42,10 @@ def _plain_eager_call(q: Tensor, k: Tensor, v: Tensor) -> bool:
 
 def run(q: Tensor, k: Tensor, v: Tensor, *, mask=None, key_lengths=None, alibi_slopes=None,
         causal=False, top_left=False, window=(-1, -1), scale=None, softcap=0.0, dropout_p=0.0,
-        rng=None, bhsd=False, deterministic=False):
-    """(out, lse) through tileattn::attention_forward, differentiable in q, k and v."""
+        rng=None, bhsd=False, deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None,
+        max_seqlen_q=0, max_seqlen_k=0):
+    """(out, lse) through tileattn::attention_forward, differentiable in q, k and v (a packed
+    varlen batch with cu_seqlens_q/_k)."""
     refuse_grad("mask", mask)
     refuse_grad("alibi_slopes", alibi_slopes)
     if rng is None:
@@ -53,4 +55,5 @@ def run(q: Tensor, k: Tensor, v: Tensor, *, mask=None, key_lengths=None, alibi_s
         last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v), mask,
         key_lengths, alibi_slopes, bool(causal), bool(top_left), int(window[0]), int(window[1]),
         None if scale is None else float(scale), float(softcap), float(dropout_p), rng,
-        bool(bhsd), bool(deterministic))
+        bool(bhsd), bool(deterministic), cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+        int(max_seqlen_k))

@@ -39,31 +39,37 @@ def _stream(t: Tensor) -> int:
 
 
 def _lse_shape(q: Tensor, bhsd: bool):
+    if q.dim() == 3:  # varlen: [total_q, Hq, D] -> [Hq, total_q]
+        return (q.shape[1], q.shape[0])
     b, s1, s2, _ = q.shape
     return (b, s1, s2) if bhsd else (b, s2, s1)
 
 
 def _out_shape(q: Tensor, v: Tensor):
-    return (*q.shape[:3], v.shape[3])
+    return (*q.shape[:-1], v.shape[-1])
 
 
 def forward_impl(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                       key_lengths: Optional[Tensor], alibi_slopes: Optional[Tensor],
                       causal: bool, top_left: bool, window_left: int, window_right: int,
                       scale: Optional[float], softcap: float, dropout_p: float,
-                      rng: Optional[Tensor], bhsd: bool,
-                      deterministic: bool) -> tuple[Tensor, Tensor]:
+                      rng: Optional[Tensor], bhsd: bool, deterministic: bool,
+                      cu_seqlens_q: Optional[Tensor] = None,
+                      cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q: int = 0,
+                      max_seqlen_k: int = 0) -> tuple[Tensor, Tensor]:
     """out [q's layout, Dv] and lse f32 [B, Hq, Lq] (tileattn::attention_forward).
 
     ``deterministic`` is the backward's (bitwise reproducible gradients); the forward is
-    always deterministic.
+    always deterministic. With ``cu_seqlens_q``/``_k`` (int32 [B + 1]) q, k, v are a packed
+    varlen batch [total, H, D] and lse is [Hq, total_q].
     """
     out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
     lse = torch.empty(_lse_shape(q, bhsd), dtype=torch.float32, device=q.device)
     seed, offset = _rng_values(rng)
     _tileattn.forward(*(_dl(x) for x in (q, k, v, out, lse, mask, key_lengths, alibi_slopes)),
                       causal, int(top_left), window_left, window_right, scale, softcap, dropout_p,
-                      seed, offset, bhsd, 0, 0, 255, _stream(q))
+                      seed, offset, bhsd, 0, 0, 255, _stream(q), _dl(cu_seqlens_q),
+                      _dl(cu_seqlens_k), max_seqlen_q, max_seqlen_k)
     return out, lse
 
 
@@ -75,7 +81,8 @@ attention_forward = torch.library.custom_op("tileattn::attention_forward",
 
 @attention_forward.register_fake
 def _(q, k, v, mask, key_lengths, alibi_slopes, causal, top_left, window_left, window_right,
-      scale, softcap, dropout_p, rng, bhsd, deterministic):
+      scale, softcap, dropout_p, rng, bhsd, deterministic, cu_seqlens_q=None, cu_seqlens_k=None,
+      max_seqlen_q=0, max_seqlen_k=0):
     out = q.new_empty(_out_shape(q, v))
     lse = q.new_empty(_lse_shape(q, bhsd), dtype=torch.float32)
     return out, lse
@@ -87,7 +94,9 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
                        alibi_slopes: Optional[Tensor], causal: bool, top_left: bool,
                        window_left: int, window_right: int, scale: Optional[float],
                        softcap: float, dropout_p: float, rng: Optional[Tensor], bhsd: bool,
-                       deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+                       deterministic: bool, cu_seqlens_q: Optional[Tensor] = None,
+                       cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q: int = 0,
+                       max_seqlen_k: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) shaped like q, k, v (tileattn::attention_backward)."""
     if dout.stride(-1) != 1:  # e.g. the expanded gradient of a sum()
         dout = dout.contiguous()
@@ -104,35 +113,42 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
                                           alibi_slopes)),
                        causal, int(top_left), window_left, window_right, scale, softcap,
                        dropout_p, seed, offset, bhsd, deterministic, 0, 0, 255, _stream(q),
-                       workspace)
+                       workspace, _dl(cu_seqlens_q), _dl(cu_seqlens_k), max_seqlen_q,
+                       max_seqlen_k)
     return dq, dk, dv
 
 
 @attention_backward.register_fake
 def _(dout, q, k, v, out, lse, mask, key_lengths, alibi_slopes, causal, top_left, window_left,
-      window_right, scale, softcap, dropout_p, rng, bhsd, deterministic):
+      window_right, scale, softcap, dropout_p, rng, bhsd, deterministic, cu_seqlens_q=None,
+      cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 # Autograd: the forward saves what the library's backward needs (its own out and lse included).
 def _setup_context(ctx, inputs, output):
     (q, k, v, mask, key_lengths, alibi_slopes, causal, top_left, window_left, window_right,
-     scale, softcap, dropout_p, rng, bhsd, deterministic) = inputs
+     scale, softcap, dropout_p, rng, bhsd, deterministic, cu_seqlens_q, cu_seqlens_k,
+     max_seqlen_q, max_seqlen_k) = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths, alibi_slopes, rng)
+    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths, alibi_slopes, rng, cu_seqlens_q,
+                          cu_seqlens_k)
     ctx.options = (causal, top_left, window_left, window_right, scale, softcap, dropout_p)
+    ctx.max_seqlen = (max_seqlen_q, max_seqlen_k)
     ctx.bhsd = bhsd
     ctx.deterministic = deterministic or torch.are_deterministic_algorithms_enabled()
 
 
 def _backward(ctx, dout, dlse):
-    q, k, v, out, lse, mask, key_lengths, alibi_slopes, rng = ctx.saved_tensors
+    (q, k, v, out, lse, mask, key_lengths, alibi_slopes, rng, cu_seqlens_q,
+     cu_seqlens_k) = ctx.saved_tensors
     (causal, top_left, window_left, window_right, scale, softcap, dropout_p) = ctx.options
     dq, dk, dv = attention_backward(dout, q, k, v, out, lse, mask, key_lengths, alibi_slopes,
                                     causal, top_left, window_left, window_right, scale, softcap,
-                                    dropout_p, rng, ctx.bhsd, ctx.deterministic)
-    # No gradient flows to lse (as in FlashAttention), the mask, the key lengths or the slopes;
-    # the drop-ins refuse a mask or slopes that require grad.
-    return (dq, dk, dv) + (None,) * 13
+                                    dropout_p, rng, ctx.bhsd, ctx.deterministic, cu_seqlens_q,
+                                    cu_seqlens_k, *ctx.max_seqlen)
+    # No gradient flows to lse (as in FlashAttention), the mask, the key lengths, the slopes or
+    # the offsets; the drop-ins refuse a mask or slopes that require grad.
+    return (dq, dk, dv) + (None,) * 17
 
 attention_forward.register_autograd(_backward, setup_context=_setup_context)

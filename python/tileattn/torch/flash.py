@@ -1,5 +1,6 @@
 """Drop-ins for FlashAttention's ``flash_attn_func``, ``flash_attn_kvpacked_func`` and
-``flash_attn_qkvpacked_func``, computed by tileattn.
+``flash_attn_qkvpacked_func`` and their varlen forms (``flash_attn_varlen_func``,
+``flash_attn_varlen_kvpacked_func``, ``flash_attn_varlen_qkvpacked_func``), computed by tileattn.
 
 Same arguments, defaults, layouts (BSHD: ``(batch, seqlen, nheads, headdim)``) and return
 conventions as FlashAttention 2.6+; ``causal`` is bottom-right aligned, ``window_size`` is
@@ -13,6 +14,10 @@ conventions as FlashAttention 2.6+; ``causal`` is bottom-right aligned, ``window
   * ``softmax_lse`` of a row that sees no key is -inf (FlashAttention writes +inf).
   * float32 inputs are accepted as well (FlashAttention takes only fp16 and bf16).
   * no gradient flows to ``softmax_lse``.
+  * varlen (packed ``(total, nheads, headdim)`` with int32 ``cu_seqlens``): ``softmax_lse`` is
+    ``(nheads, total_q)``; ``return_attn_probs`` with dropout and ``block_table`` (paged KV)
+    raise ``NotImplementedError``. The CPU backends run varlen batches; CUDA tensors raise
+    ``tileattn.Error`` until the CUDA kernels take them.
 """
 
 from typing import Optional
@@ -94,3 +99,71 @@ def flash_attn_qkvpacked_func(qkv: Tensor, dropout_p: float = 0.0,
                          f"{tuple(qkv.shape)}")
     return _flash(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal,
                   window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def _flash_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                  softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                  return_attn_probs, block_table):
+    if block_table is not None:
+        raise NotImplementedError("tileattn: argument 'block_table': paged KV caches are not "
+                                  "supported by flash_attn_varlen_func yet")
+    if return_attn_probs and dropout_p > 0.0:
+        raise NotImplementedError("tileattn: argument 'return_attn_probs': the dropped "
+                                  "probabilities of a varlen batch are not available")
+    window = _check_window(window_size)
+    out, lse = run(q, k, v, alibi_slopes=alibi_slopes, causal=causal, top_left=False,
+                   window=window, scale=softmax_scale, softcap=softcap, dropout_p=dropout_p,
+                   bhsd=False, deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
+                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                   max_seqlen_k=max_seqlen_k)
+    if not return_attn_probs:
+        return out
+    return out, lse, q.new_empty((0,))
+
+
+def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
+                           cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                           dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                           causal: bool = False, window_size=(-1, -1), softcap: float = 0.0,
+                           alibi_slopes: Optional[Tensor] = None, deterministic: bool = False,
+                           return_attn_probs: bool = False, block_table: Optional[Tensor] = None):
+    """q ``(total_q, nheads, headdim)``, k and v ``(total_k, nheads_k, headdim)``, packed by
+    int32 ``cu_seqlens_q`` / ``cu_seqlens_k`` ``(batch + 1,)``; every option per sequence
+    (causal bottom-right within each sequence). Returns ``out (total_q, nheads, headdim)``,
+    or ``(out, softmax_lse (nheads, total_q), S_dmask)`` with ``return_attn_probs``."""
+    return _flash_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                         deterministic, return_attn_probs, block_table)
+
+
+def flash_attn_varlen_kvpacked_func(q: Tensor, kv: Tensor, cu_seqlens_q: Tensor,
+                                    cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                                    dropout_p: float = 0.0,
+                                    softmax_scale: Optional[float] = None, causal: bool = False,
+                                    window_size=(-1, -1), softcap: float = 0.0,
+                                    alibi_slopes: Optional[Tensor] = None,
+                                    deterministic: bool = False,
+                                    return_attn_probs: bool = False):
+    """q ``(total_q, nheads, headdim)``, kv ``(total_k, 2, nheads_k, headdim)`` (read in
+    place)."""
+    if kv.dim() != 4 or kv.shape[1] != 2:
+        raise ValueError(f"kv must be (total_k, 2, nheads_k, headdim), got {tuple(kv.shape)}")
+    return _flash_varlen(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                         max_seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap,
+                         alibi_slopes, deterministic, return_attn_probs, None)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv: Tensor, cu_seqlens: Tensor, max_seqlen: int,
+                                     dropout_p: float = 0.0,
+                                     softmax_scale: Optional[float] = None, causal: bool = False,
+                                     window_size=(-1, -1), softcap: float = 0.0,
+                                     alibi_slopes: Optional[Tensor] = None,
+                                     deterministic: bool = False,
+                                     return_attn_probs: bool = False):
+    """qkv ``(total, 3, nheads, headdim)`` (read in place), one ``cu_seqlens`` for queries and
+    keys."""
+    if qkv.dim() != 4 or qkv.shape[1] != 3:
+        raise ValueError(f"qkv must be (total, 3, nheads, headdim), got {tuple(qkv.shape)}")
+    return _flash_varlen(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen,
+                         max_seqlen, dropout_p, softmax_scale, causal, window_size, softcap,
+                         alibi_slopes, deterministic, return_attn_probs, None)
