@@ -4,11 +4,14 @@
 // call, so RSS stays near their size. (The naive baseline and the FMA peak the CPU bars are
 // measured against are developer benchmarks: bench/baselines.)
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include "bench_report.hpp"
 #include "commands.hpp"
@@ -28,12 +31,14 @@ struct BenchOptions {
   bool backward = false;
   bool deterministic = false;
   double max_seconds = 120.0;  // per timed direction
+  int enqueue_burst = 0;       // CUDA: calls per host-time burst (0 = not measured)
 };
 
 struct BenchResult {
   double flops = 0.0;  // of one forward call
   Timing forward;
   std::optional<Timing> backward;
+  std::optional<double> enqueue_s;  // host time to enqueue one forward (median of bursts)
   std::string isa;
   int threads = 1;
 };
@@ -57,6 +62,8 @@ void print_json(const BenchOptions& o, const BenchResult& r) {
     os << ", \"backward_flops\": null, \"backward_median_s\": null, \"backward_gflops\": null"
           ", \"backward_forward_ratio\": null, \"deterministic\": null";
   }
+  os << ", \"enqueue_host_us\": "
+     << (r.enqueue_s ? json_number(*r.enqueue_s * 1e6) : std::string("null"));
   os << "}\n";
   std::cout << os.str();
 }
@@ -78,6 +85,9 @@ void print_text(const BenchOptions& o, const BenchResult& r) {
                 o.deterministic ? ", deterministic" : "");
     std::printf("  backward / forward  %.2f  (GFLOP/s ratio)\n", backward_gflops / forward_gflops);
   }
+  if (r.enqueue_s)
+    std::printf("  forward enqueue %8.2f us of host time per call (bursts of %d from an idle GPU)\n",
+                *r.enqueue_s * 1e6, o.enqueue_burst);
 }
 
 int bench(BenchOptions& o) {
@@ -111,6 +121,23 @@ int bench(BenchOptions& o) {
         device.synchronize();  // host-clock timing: wait for the GPU
       },
       o.max_seconds);
+
+  if (o.enqueue_burst > 0) {
+    if (!device.active()) throw ToolError("--enqueue-burst needs --backend cuda");
+    // The host's share of a call: a burst of calls enqueued back to back on an idle GPU,
+    // fewer than the launch queue holds, so no call waits for the GPU.
+    std::vector<double> bursts;
+    for (int round = 0; round < 7; ++round) {
+      device.synchronize();
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < o.enqueue_burst; ++i) attention_forward(args, ctx);
+      const std::chrono::duration<double> host = std::chrono::steady_clock::now() - start;
+      bursts.push_back(host.count() / o.enqueue_burst);
+    }
+    device.synchronize();
+    std::sort(bursts.begin(), bursts.end());
+    r.enqueue_s = bursts[bursts.size() / 2];
+  }
 
   if (o.backward) {
     if (long_run) std::fprintf(stderr, "tileattn bench: timing the backward ...\n");
@@ -156,6 +183,10 @@ Command add_bench_command(CLI::App& app) {
                 "and the backward/forward ratio");
   sub->add_flag("--deterministic", o->deterministic,
                 "With --backward: the deterministic backward (bitwise-identical gradients)");
+  sub->add_option("--enqueue-burst", o->enqueue_burst,
+                  "CUDA: also measure the host time to enqueue one forward call (bursts of N "
+                  "calls on an idle GPU; N below the launch queue's depth, e.g. 100)")
+      ->check(CLI::Range(0, 1000));
   sub->add_option("--max-seconds", o->max_seconds,
                   "Time budget per direction: no further runs once spent (at least one timed run)")
       ->capture_default_str();

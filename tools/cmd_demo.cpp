@@ -42,6 +42,9 @@ Tensor slice(Tensor t, std::int64_t row0, std::int64_t rows, std::int64_t head0,
 int demo(DemoOptions& o) {
   Problem& p = o.problem;
   p.resolve_defaults();
+  // The demo's checks read a padded f32 output.
+  if (p.is_varlen()) throw ToolError("--varlen: demo runs padded batches (use bench or verify)");
+  if (p.out_dtype != "f32") throw ToolError("--out-dtype: demo writes f32 outputs only");
   p.with_lse = true;
   const Context ctx = p.context();
   AttentionArgs args = p.args();

@@ -165,6 +165,9 @@ void Problem::add_options(CLI::App& app) {
   app.add_option("--dtype", dtype, "Storage precision of q, k, v")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str();
+  app.add_option("--out-dtype", out_dtype, "Storage precision of out (and of the backward's dout)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
   app.add_option("--backend", backend, "Backend: auto, cpu, reference, cuda")
       ->check(CLI::IsMember({"auto", "cpu", "reference", "cuda"}))
       ->capture_default_str();
@@ -263,7 +266,7 @@ AttentionBuffers Problem::make_buffers() const {
     buf.q = HostTensor(storage, {total, heads, dim});
     buf.k = HostTensor(storage, {total, kv_heads, dim});
     buf.v = HostTensor(storage, {total, kv_heads, dim_v});
-    buf.out = HostTensor(DType::f32, {total, heads, dim_v});
+    buf.out = HostTensor(parse_dtype(out_dtype), {total, heads, dim_v});
     if (with_lse) buf.lse = HostTensor(DType::f32, {heads, total});
     buf.cu_seqlens_q = HostTensor(DType::i32, {n + 1});
     auto* cu = buf.cu_seqlens_q.data_as<std::int32_t>();
@@ -275,7 +278,7 @@ AttentionBuffers Problem::make_buffers() const {
     buf.q = HostTensor(storage, {batch, len_q, heads, dim});
     buf.k = HostTensor(storage, {batch, len_k, kv_heads, dim});
     buf.v = HostTensor(storage, {batch, len_k, kv_heads, dim_v});
-    buf.out = HostTensor(DType::f32, {batch, len_q, heads, dim_v});
+    buf.out = HostTensor(parse_dtype(out_dtype), {batch, len_q, heads, dim_v});
     if (with_lse) buf.lse = HostTensor(DType::f32, {batch, heads, len_q});
   }
   fill_normal(buf.q, seed);
@@ -292,7 +295,7 @@ Problem::BackwardBuffers Problem::make_backward_buffers(const std::string& gradi
     return is_varlen() ? std::vector<std::int64_t>{batch * len, h, d}
                        : std::vector<std::int64_t>{batch, len, h, d};
   };
-  buf.dout = HostTensor(DType::f32, shape(len_q, heads, dim_v));
+  buf.dout = HostTensor(parse_dtype(out_dtype), shape(len_q, heads, dim_v));
   fill_normal(buf.dout, seed + 3);
   buf.dq = HostTensor(grad, shape(len_q, heads, dim));
   buf.dk = HostTensor(grad, shape(len_k, kv_heads, dim));
@@ -327,6 +330,7 @@ std::string Problem::describe() const {
   os << "B=" << batch << " Hq=" << heads << " Hkv=" << kv_heads << " Lq=" << len_q
      << " Lk=" << len_k << " D=" << dim << " Dv=" << dim_v << " dtype=" << dtype
      << " causal=" << causal;
+  if (out_dtype != "f32") os << " out=" << out_dtype;
   if (window != "-1,-1") os << " window=" << window;
   if (softcap > 0.0f) os << " softcap=" << softcap;
   if (dropout > 0.0f) os << " dropout=" << dropout;

@@ -40,7 +40,7 @@ void add_f32_via_bf16_flag(CLI::App& app, bool& target);
 // when it is not 0 but rounds to 0 in f32 (e.g. 1e-50).
 std::optional<float> parse_scale(const std::string& text);
 
-// A random attention problem (bench, verify, demo). Always bshd; out is f32.
+// A random attention problem (bench, verify, demo). Always bshd; out in out_dtype (f32 default).
 struct Problem {
   std::int64_t batch = 1, heads = 8, kv_heads = 0, len_q = 256, len_k = 0, dim = 64, dim_v = 0;
   std::string causal = "none";
@@ -48,6 +48,7 @@ struct Problem {
   float softcap = 0.0f;
   std::string scale;  // as typed; empty = 1/sqrt(D)
   std::string dtype = "f32";
+  std::string out_dtype = "f32";  // of out (and of the backward's dout)
   std::string backend = "cpu";
   std::string isa = "best";
   int threads = 0;
@@ -69,9 +70,9 @@ struct Problem {
 
   AttentionArgs args() const;  // everything but the tensors
   Context context() const;
-  // q, k, v filled with N(0, 1) in `dtype`; out f32; lse when with_lse.
+  // q, k, v filled with N(0, 1) in `dtype`; out in out_dtype; lse when with_lse.
   AttentionBuffers make_buffers() const;
-  // The backward's extra buffers: dout ~ N(0, 1) in f32 (out's dtype), dq, dk, dv in `dtype`
+  // The backward's extra buffers: dout ~ N(0, 1) in out_dtype, dq, dk, dv in `dtype`
   // (`gradient_dtype` overrides, e.g. f32 gradients for the reference).
   struct BackwardBuffers {
     HostTensor dout, dq, dk, dv;
