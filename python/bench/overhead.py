@@ -11,7 +11,9 @@ idle GPU, so the host never waits) beside the GPU time per call (CUDA events ove
 """
 
 import argparse
+import json
 import statistics
+import subprocess
 import time
 
 import torch
@@ -42,6 +44,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--burst", type=int, default=100, help="CUDA: calls per host-time burst")
+    parser.add_argument("--cli", default=None,
+                        help="CUDA: the tileattn tool, to time the C++ library's own enqueue "
+                             "(tileattn bench --enqueue-burst) on the same shape")
     a = parser.parse_args()
     cuda = a.device.startswith("cuda")
     lq = a.lq or (1 if cuda else 64)
@@ -71,6 +76,19 @@ def main() -> None:
         m = statistics.median(t)
         print(f"  {name:22s} {m * 1e6:8.1f} us per call ({m / base:.2f}x torch SDPA)")
 
+    library_us = None
+    if cuda and a.cli:  # the C++ library's own host time for the same call (BSHD, same sizes)
+        cmd = [a.cli, "bench", "--backend", "cuda", "--dtype", a.dtype or "bf16",
+               "--out-dtype", a.dtype or "bf16", "--batch", str(a.batch), "--heads",
+               str(a.heads), "--lq", str(lq), "--lk", str(lk), "--dim", str(a.dim),
+               "--iters", "20", "--enqueue-burst", str(a.burst), "--json"]
+        cmd = [c.replace("bfloat16", "bf16").replace("float16", "f16").replace("float32", "f32")
+               for c in cmd]
+        result = json.loads(subprocess.run(cmd, check=True, capture_output=True,
+                                           text=True).stdout)
+        library_us = result["enqueue_host_us"]
+        print(f"  C++ attention_forward  host {library_us:6.1f} us per call to enqueue "
+              f"(tileattn bench --enqueue-burst {a.burst})")
     if cuda:  # host time per call beside the kernel's
         # Host: a burst of --burst calls from an idle GPU, fewer than the launch queue holds, so
         # that the host never waits for the GPU (a long run would time the GPU instead). GPU: CUDA
@@ -92,8 +110,11 @@ def main() -> None:
                 end_event.record()
                 sync()
                 device.append(start_event.elapsed_time(end_event) * 1e-3 / a.calls)
-            print(f"  {name:22s} host {statistics.median(host) * 1e6:6.1f} us per call to enqueue,"
-                  f" GPU {statistics.median(device) * 1e6:6.1f} us per call")
+            host_us = statistics.median(host) * 1e6
+            print(f"  {name:22s} host {host_us:6.1f} us per call to enqueue,"
+                  f" GPU {statistics.median(device) * 1e6:6.1f} us per call", end="")
+            print(f", {host_us - library_us:+6.1f} us over the C++ call" if library_us else "")
+
 
 if __name__ == "__main__":
     main()

@@ -31,7 +31,9 @@ def flops(batch: int, heads: int, length: int, dim: int, causal: bool) -> float:
 def cli_seconds(cli: str, batch: int, heads: int, length: int, dim: int, causal: bool,
                 iters: int) -> float:
     """Forward + backward median seconds per call from ``tileattn bench --backward --json``."""
-    cmd = [cli, "bench", "--backend", "cuda", "--dtype", "bf16", "--batch", str(batch),
+    # bf16 out and dout, as in the PyTorch step (an f32 dout takes another backward kernel).
+    cmd = [cli, "bench", "--backend", "cuda", "--dtype", "bf16", "--out-dtype", "bf16",
+           "--batch", str(batch),
            "--heads", str(heads), "--lq", str(length), "--dim", str(dim), "--backward",
            "--iters", str(iters), "--warmup", "3",
            "--json", "--causal", "top-left" if causal else "none"]

@@ -83,16 +83,18 @@ def test_unsupported_dtypes_and_bool_masks_from_torch():
 
 
 def test_jax_arrays_where_installed():
-    jnp = pytest.importorskip("jax.numpy")
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((1, 7, 2, 16)).astype(np.float32) for _ in range(3))
-    out, lse = tileattn.attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), causal=True,
-                                  return_lse=True)
+    cpu = jax.devices("cpu")[0]  # a JAX built with CUDA puts arrays on the GPU by default
+    q_j, k_j, v_j = (jax.device_put(x, cpu) for x in (q, k, v))
+    out, lse = tileattn.attention(q_j, k_j, v_j, causal=True, return_lse=True)
     assert isinstance(out, np.ndarray)  # JAX arrays are immutable: the output is numpy's
     want, _ = ref_attention(*(torch.from_numpy(x) for x in (q, k, v)), causal=True)
     assert rel_l2(out, want) < TOL[torch.float32]
     # bfloat16 JAX arrays are read (DLPack's bfloat16), the output must then be given.
-    qb = jnp.asarray(q).astype(jnp.bfloat16)
+    qb = q_j.astype(jnp.bfloat16)
     with pytest.raises(tileattn.Error, match="argument 'out'"):
         tileattn.attention(qb, qb, qb)
     target = torch.empty(1, 7, 2, 16)

@@ -217,8 +217,10 @@ fi
 if has_stage python_bench; then  # after python (its venv): the Python layer's GPU costs
   stage_mark python_bench
   venv=/tmp/tileattn-venv
-  (cd /tmp && timeout 200 "$venv/bin/python" "$ROOT/python/bench/overhead.py" --device cuda) 2>&1 |
-    tee "$OUT/python_overhead.txt" | tee -a "$SUMMARY"
+  cli_arg=()
+  [[ -x $BUILD/tools/tileattn ]] && cli_arg=(--cli "$BUILD/tools/tileattn")
+  (cd /tmp && timeout 200 "$venv/bin/python" "$ROOT/python/bench/overhead.py" --device cuda \
+    "${cli_arg[@]}") 2>&1 | tee "$OUT/python_overhead.txt" | tee -a "$SUMMARY"
   if [[ -x $BUILD/tools/tileattn ]]; then  # the build stage with BUILD_TOOLS=ON
     (cd /tmp && timeout 400 "$venv/bin/python" "$ROOT/python/bench/train_step.py" \
       --cli "$BUILD/tools/tileattn" ${TRAIN_STEP_ARGS:-}) 2>&1 | tail -12 |

@@ -10,7 +10,7 @@ from . import _ops
 
 def last_dim_contiguous(x: Tensor) -> Tensor:
     """tileattn reads any strides but needs the head dimension contiguous."""
-    return x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
+    return x if x.stride(-1) == 1 or x.size(-1) == 1 else x.contiguous()
 
 
 def draw_rng(dropout_p: float) -> Optional[Tensor]:
@@ -43,14 +43,23 @@ def _plain_eager_call(q: Tensor, k: Tensor, v: Tensor) -> bool:
 def run(q: Tensor, k: Tensor, v: Tensor, *, mask=None, key_lengths=None, alibi_slopes=None,
         causal=False, top_left=False, window=(-1, -1), scale=None, softcap=0.0, dropout_p=0.0,
         rng=None, bhsd=False, deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None,
-        max_seqlen_q=0, max_seqlen_k=0):
+        max_seqlen_q=0, max_seqlen_k=0, need_lse=True):
     """(out, lse) through tileattn::attention_forward, differentiable in q, k and v (a packed
-    varlen batch with cu_seqlens_q/_k)."""
+    varlen batch with cu_seqlens_q/_k). need_lse=False lets an eager call without autograd
+    skip lse: (out, None)."""
     refuse_grad("mask", mask)
     refuse_grad("alibi_slopes", alibi_slopes)
-    if rng is None:
+    if rng is None and dropout_p > 0.0:
         rng = draw_rng(dropout_p)
-    op = _ops.forward_impl if _plain_eager_call(q, k, v) else _ops.attention_forward
+    eager = _plain_eager_call(q, k, v)
+    if eager and not need_lse:
+        return _ops.forward_eager(
+            last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v), mask,
+            key_lengths, alibi_slopes, bool(causal), bool(top_left), int(window[0]),
+            int(window[1]), None if scale is None else float(scale), float(softcap),
+            float(dropout_p), rng, bool(bhsd), cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+            int(max_seqlen_k)), None
+    op = _ops.forward_impl if eager else _ops.attention_forward
     return op(
         last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v), mask,
         key_lengths, alibi_slopes, bool(causal), bool(top_left), int(window[0]), int(window[1]),

@@ -34,8 +34,16 @@ def _dl(x: Optional[Tensor]):
     return None if x is None else torch.utils.dlpack.to_dlpack(x)
 
 
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _stream(t: Tensor) -> int:
-    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+    """PyTorch's current stream on t's device (the raw handle: no Stream object is built)."""
+    if not t.is_cuda:
+        return 0
+    if _raw_stream is not None:
+        return _raw_stream(t.device.index)
+    return torch.cuda.current_stream(t.device).cuda_stream
 
 
 def _lse_shape(q: Tensor, bhsd: bool):
@@ -71,6 +79,25 @@ def forward_impl(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                       seed, offset, bhsd, 0, 0, 255, _stream(q), _dl(cu_seqlens_q),
                       _dl(cu_seqlens_k), max_seqlen_q, max_seqlen_k)
     return out, lse
+
+
+def forward_eager(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
+                  key_lengths: Optional[Tensor], alibi_slopes: Optional[Tensor], causal: bool,
+                  top_left: bool, window_left: int, window_right: int, scale: Optional[float],
+                  softcap: float, dropout_p: float, rng: Optional[Tensor], bhsd: bool,
+                  cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+                  max_seqlen_q: int, max_seqlen_k: int) -> Tensor:
+    """out alone, without lse: the drop-ins' eager path when no autograd graph is recorded and
+    the caller does not want lse (every allocation and conversion here is host time)."""
+    # empty_like when out is shaped like q: about a third of torch.empty's host time.
+    out = torch.empty_like(q) if q.size(-1) == v.size(-1) else q.new_empty(_out_shape(q, v))
+    seed, offset = _rng_values(rng)
+    dl = torch.utils.dlpack.to_dlpack
+    _tileattn.forward(dl(q), dl(k), dl(v), dl(out), None, _dl(mask), _dl(key_lengths),
+                      _dl(alibi_slopes), causal, int(top_left), window_left, window_right, scale,
+                      softcap, dropout_p, seed, offset, bhsd, 0, 0, 255, _stream(q),
+                      _dl(cu_seqlens_q), _dl(cu_seqlens_k), max_seqlen_q, max_seqlen_k)
+    return out
 
 
 # The operator (forward_impl is its implementation, and the drop-ins' eager path where no

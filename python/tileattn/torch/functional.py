@@ -8,7 +8,8 @@ import torch
 from torch import Tensor
 
 from .._options import ALIGNMENTS, choice, layout_is_bhsd, window_pair
-from ._common import run
+from . import _ops
+from ._common import _plain_eager_call, run
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
@@ -69,6 +70,15 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
       * no gradient flows to ``attn_mask`` (one that requires grad is refused).
       * head dims are limited to 256 (tileattn.Error beyond).
     """
+    if (attn_mask is None and dropout_p == 0.0 and query.ndim == 4 and key.ndim == 4
+            and value.ndim == 4 and query.size(1) == key.size(1)
+            and query.stride(3) == 1 and key.stride(3) == 1 and value.stride(3) == 1
+            and _plain_eager_call(query, key, value)):
+        # The common inference call (BHSD, no mask, no dropout, no autograd graph): straight to
+        # the library, no lse. Everything here is host time on top of the kernel's launch.
+        return _ops.forward_eager(query, key, value, None, None, None, bool(is_causal), True,
+                                  -1, -1, None if scale is None else float(scale), 0.0, 0.0,
+                                  None, True, None, None, 0, 0)
     if attn_mask is not None and is_causal:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set "
                            "when is_causal=True")
@@ -96,5 +106,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
         mask = attn_mask if attn_mask.dtype in (torch.bool, torch.float32) else attn_mask.float()
         mask = _mask_rank4(mask, batch_shape, heads, len_q, len_k)
     out, _ = run(q, k, v, mask=mask, causal=is_causal, top_left=True, scale=scale,
-                 dropout_p=dropout_p, bhsd=True)
+                 dropout_p=dropout_p, bhsd=True, need_lse=False)
+    if query.dim() == 4:
+        return out
     return out.reshape(tuple(query.shape[:-1]) + (value.shape[-1],))
