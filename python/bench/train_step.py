@@ -44,10 +44,11 @@ def cli_seconds(cli: str, batch: int, heads: int, length: int, dim: int, causal:
 def compiled_seconds(batch: int, heads: int, length: int, dim: int, causal: bool, calls: int,
                      rounds: int) -> float:
     """Median seconds per compiled forward + backward step through the drop-in."""
-    shape = (batch, heads, length, dim)
-    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
-    dout = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    # BSHD memory seen as SDPA's (B, H, L, D), as the C++ benchmark's tensors are laid out.
+    shape = (batch, length, heads, dim)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+               .requires_grad_() for _ in range(3))
+    dout = torch.randn(shape, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
 
     # The forward is compiled (AOTAutograd compiles its backward too); the gradients are taken
     # outside, since dynamo cannot trace torch.autograd.grad.
