@@ -21,13 +21,12 @@ std::string problem_json_members(const Problem& p, const std::string& isa, int t
   std::ostringstream os;
   os << "\"version\": \"" << build_info().version << "\", \"backend\": \"" << p.backend
      << "\", \"isa\": \"" << isa << "\", \"dtype\": \"" << p.dtype << "\", \"out_dtype\": \""
-     << p.out_dtype << "\", \"threads\": " << threads
-     << ", \"batch\": " << p.batch << ", \"heads\": " << p.heads << ", \"kv_heads\": " << p.kv_heads
-     << ", \"lq\": " << p.len_q << ", \"lk\": " << p.len_k << ", \"dim\": " << p.dim
-     << ", \"dim_v\": " << p.dim_v << ", \"causal\": \"" << p.causal
-     << "\", \"window_left\": " << window_left << ", \"window_right\": " << window_right
-     << ", \"softcap\": " << json_number(p.softcap) << ", \"dropout\": " << json_number(p.dropout)
-     << ", \"seed\": " << p.seed << ", \"varlen\": ";
+     << p.out_dtype << "\", \"threads\": " << threads << ", \"batch\": " << p.batch
+     << ", \"heads\": " << p.heads << ", \"kv_heads\": " << p.kv_heads << ", \"lq\": " << p.len_q
+     << ", \"lk\": " << p.len_k << ", \"dim\": " << p.dim << ", \"dim_v\": " << p.dim_v
+     << ", \"causal\": \"" << p.causal << "\", \"window_left\": " << window_left
+     << ", \"window_right\": " << window_right << ", \"softcap\": " << json_number(p.softcap)
+     << ", \"dropout\": " << json_number(p.dropout) << ", \"seed\": " << p.seed << ", \"varlen\": ";
   if (p.is_varlen())
     os << "\"" << p.varlen << "\", \"sequences\": " << p.sequence_lengths.size();
   else

@@ -86,8 +86,9 @@ void print_text(const BenchOptions& o, const BenchResult& r) {
     std::printf("  backward / forward  %.2f  (GFLOP/s ratio)\n", backward_gflops / forward_gflops);
   }
   if (r.enqueue_s)
-    std::printf("  forward enqueue %8.2f us of host time per call (bursts of %d from an idle GPU)\n",
-                *r.enqueue_s * 1e6, o.enqueue_burst);
+    std::printf(
+        "  forward enqueue %8.2f us of host time per call (bursts of %d from an idle GPU)\n",
+        *r.enqueue_s * 1e6, o.enqueue_burst);
 }
 
 int bench(BenchOptions& o) {

@@ -133,7 +133,8 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--cu-seqlens-q", o->cu_seqlens_q,
                   "Varlen batch: query offsets .npy, int32 [B + 1]; q, k, v, out are then packed "
                   "[total, H, D] and lse [Hq, total_q]");
-  sub->add_option("--cu-seqlens-k", o->cu_seqlens_k, "Varlen batch: key offsets .npy, int32 [B + 1]");
+  sub->add_option("--cu-seqlens-k", o->cu_seqlens_k,
+                  "Varlen batch: key offsets .npy, int32 [B + 1]");
   sub->add_option("--max-seqlen-q", o->max_seqlen_q,
                   "Varlen: bound on every sequence's query count (default: the longest)");
   sub->add_option("--max-seqlen-k", o->max_seqlen_k,

@@ -262,7 +262,8 @@ AttentionBuffers Problem::make_buffers() const {
   const DType storage = parse_dtype(dtype);
   AttentionBuffers buf;
   if (is_varlen()) {
-    const std::int64_t total = batch * len_q, n = static_cast<std::int64_t>(sequence_lengths.size());
+    const std::int64_t total = batch * len_q,
+                       n = static_cast<std::int64_t>(sequence_lengths.size());
     buf.q = HostTensor(storage, {total, heads, dim});
     buf.k = HostTensor(storage, {total, kv_heads, dim});
     buf.v = HostTensor(storage, {total, kv_heads, dim_v});

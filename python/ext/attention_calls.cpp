@@ -170,8 +170,8 @@ Options make_options(bool causal, int alignment, std::int64_t window_left,
   return o;
 }
 
-void merge(const std::vector<nb::handle>& outs, const std::vector<nb::handle>& lses,
-           nb::handle out, nb::handle lse, int backend, int threads, std::uintptr_t stream) {
+void merge(const std::vector<nb::handle>& outs, const std::vector<nb::handle>& lses, nb::handle out,
+           nb::handle lse, int backend, int threads, std::uintptr_t stream) {
   std::vector<ArrayView> views;
   std::vector<Tensor> out_parts, lse_parts;
   views.reserve(outs.size() + lses.size());

@@ -40,7 +40,6 @@ bool is_float_storage(DType d) {
   return d == DType::f32 || d == DType::f16 || d == DType::bf16;
 }
 
-
 Span checked_span(const char* name, const Tensor& t) {
   constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   std::int64_t last = 0;  // offset in elements of the last element

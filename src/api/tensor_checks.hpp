@@ -44,8 +44,7 @@ Span checked_span(const char* name, const Tensor& t);
 void require_no_internal_overlap(const char* name, const Tensor& t);
 
 void require_rank(const char* name, const Tensor& t, int rank, const char* layout);
-void require_dim(const char* name, const Tensor& t, int d, std::int64_t expected,
-                 const char* what);
+void require_dim(const char* name, const Tensor& t, int d, std::int64_t expected, const char* what);
 void require_device(const char* name, const Tensor& t, const Tensor& q);
 // The last (head) dimension has stride 1 (or size 1).
 void require_unit_inner_stride(const char* name, const Tensor& t);

@@ -52,11 +52,10 @@ void check_cu_seqlens(const char* name, const Tensor& cu, const Tensor& q, std::
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t len = std::int64_t{offsets[b + 1]} - offsets[b];
     if (len < 0)
-      fail(name, "must be non-decreasing: entry ", b + 1, " (", offsets[b + 1],
-           ") is below entry ", b, " (", offsets[b], ")");
+      fail(name, "must be non-decreasing: entry ", b + 1, " (", offsets[b + 1], ") is below entry ",
+           b, " (", offsets[b], ")");
     if (len > max_seqlen)
-      fail(max_name, "is ", max_seqlen, " but sequence ", b, " has ", len, " rows (", name,
-           ")");
+      fail(max_name, "is ", max_seqlen, " but sequence ", b, " has ", len, " rows (", name, ")");
   }
   if (offsets[batch] != total)
     fail(name, "ends at ", offsets[batch], " but ", total_name, " is ", total);
@@ -70,13 +69,12 @@ AttnParams validate_forward(const AttentionArgs& a) {
   const char* required_names[] = {"q", "k", "v", "out"};
   for (int i = 0; i < 4; ++i)
     check_tensor_header(required_names[i], *required[i], Presence::required);
-  const std::pair<const char*, const Tensor*> optional[] = {
-      {"lse", &a.lse},
-      {"mask", &a.mask},
-      {"key_lengths", &a.key_lengths},
-      {"alibi_slopes", &a.alibi_slopes},
-      {"cu_seqlens_q", &a.cu_seqlens_q},
-      {"cu_seqlens_k", &a.cu_seqlens_k}};
+  const std::pair<const char*, const Tensor*> optional[] = {{"lse", &a.lse},
+                                                            {"mask", &a.mask},
+                                                            {"key_lengths", &a.key_lengths},
+                                                            {"alibi_slopes", &a.alibi_slopes},
+                                                            {"cu_seqlens_q", &a.cu_seqlens_q},
+                                                            {"cu_seqlens_k", &a.cu_seqlens_k}};
   for (const auto& [name, t] : optional) check_tensor_header(name, *t, Presence::optional);
   const RowLayout rows = row_layout(a);
   const char* layouts[] = {rows.q(), rows.k(), rows.v(), rows.out()};
@@ -146,10 +144,10 @@ AttnParams validate_forward(const AttentionArgs& a) {
       fail("max_seqlen_q", "must be in [0, 2^31 - 1], got ", a.max_seqlen_q);
     if (a.max_seqlen_k < 0 || a.max_seqlen_k > kMaxLength)
       fail("max_seqlen_k", "must be in [0, 2^31 - 1], got ", a.max_seqlen_k);
-    check_cu_seqlens("cu_seqlens_q", a.cu_seqlens_q, q, B, Lq, "total_q (q's rows)",
-                     a.max_seqlen_q, "max_seqlen_q");
-    check_cu_seqlens("cu_seqlens_k", a.cu_seqlens_k, q, B, Lk, "total_k (k's rows)",
-                     a.max_seqlen_k, "max_seqlen_k");
+    check_cu_seqlens("cu_seqlens_q", a.cu_seqlens_q, q, B, Lq, "total_q (q's rows)", a.max_seqlen_q,
+                     "max_seqlen_q");
+    check_cu_seqlens("cu_seqlens_k", a.cu_seqlens_k, q, B, Lk, "total_k (k's rows)", a.max_seqlen_k,
+                     "max_seqlen_k");
     p.cu_seqlens_q = static_cast<const std::int32_t*>(a.cu_seqlens_q.data);
     p.cu_seqlens_k = static_cast<const std::int32_t*>(a.cu_seqlens_k.data);
     p.len_q = a.max_seqlen_q;
@@ -187,9 +185,9 @@ AttnParams validate_forward(const AttentionArgs& a) {
   }
 
   if (rows.varlen) {
-    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"cu_seqlens_q",
-                                                                       &a.cu_seqlens_q},
-                                  {"cu_seqlens_k", &a.cu_seqlens_k}}) {
+    for (const auto& [name, t] :
+         {std::pair<const char*, const Tensor*>{"cu_seqlens_q", &a.cu_seqlens_q},
+          {"cu_seqlens_k", &a.cu_seqlens_k}}) {
       const Span span = checked_span(name, *t);
       if (span.overlaps(out_span) || span.overlaps(lse_span)) fail(name, "overlaps out or lse");
     }
@@ -383,9 +381,12 @@ AttnBackwardParams validate_backward(const AttentionBackwardArgs& a) {
   const int l = rows.len(), h = rows.heads();
   p.do_stride_b = rows.stride_b(a.dout), p.do_stride_l = a.dout.stride[l],
   p.do_stride_h = a.dout.stride[h];
-  p.dq_stride_b = rows.stride_b(a.dq), p.dq_stride_l = a.dq.stride[l], p.dq_stride_h = a.dq.stride[h];
-  p.dk_stride_b = rows.stride_b(a.dk), p.dk_stride_l = a.dk.stride[l], p.dk_stride_h = a.dk.stride[h];
-  p.dv_stride_b = rows.stride_b(a.dv), p.dv_stride_l = a.dv.stride[l], p.dv_stride_h = a.dv.stride[h];
+  p.dq_stride_b = rows.stride_b(a.dq), p.dq_stride_l = a.dq.stride[l],
+  p.dq_stride_h = a.dq.stride[h];
+  p.dk_stride_b = rows.stride_b(a.dk), p.dk_stride_l = a.dk.stride[l],
+  p.dk_stride_h = a.dk.stride[h];
+  p.dv_stride_b = rows.stride_b(a.dv), p.dv_stride_l = a.dv.stride[l],
+  p.dv_stride_h = a.dv.stride[h];
   p.deterministic = a.deterministic;
   return p;
 }

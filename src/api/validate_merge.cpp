@@ -94,8 +94,7 @@ MergeParams validate_merge(std::span<const Tensor> outs, std::span<const Tensor>
     require_device(out_name.c_str(), oi, out);
     for (int d = 0; d < out.rank; ++d)
       if (oi.shape[d] != out.shape[d])
-        fail(out_name.c_str(), "shape ", shape_string(oi), " must equal out's ",
-             shape_string(out));
+        fail(out_name.c_str(), "shape ", shape_string(oi), " must equal out's ", shape_string(out));
     require_unit_inner_stride(out_name.c_str(), oi);
     require_lse(lse_name.c_str(), li);
     const Span oi_span = checked_span(out_name.c_str(), oi);

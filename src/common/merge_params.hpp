@@ -9,8 +9,8 @@
 namespace tileattn::detail {
 
 struct MergeOperand {
-  void* out = nullptr;    // [B, L, H, Dv] in dtype
-  float* lse = nullptr;   // [B, H, L], or nullptr (only for the result)
+  void* out = nullptr;   // [B, L, H, Dv] in dtype
+  float* lse = nullptr;  // [B, H, L], or nullptr (only for the result)
   DType dtype = DType::f32;
   std::int64_t o_stride_b = 0, o_stride_l = 0, o_stride_h = 0;
   std::int64_t lse_stride_b = 0, lse_stride_h = 0, lse_stride_l = 0;

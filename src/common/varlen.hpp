@@ -38,8 +38,8 @@ inline AttnParams sequence_view(const AttnParams& p, std::int64_t b) {
   if (p.key_lengths != nullptr) s.key_lengths = advance(p.key_lengths, p.key_lengths_dtype, b);
   if (p.alibi_slopes != nullptr) s.alibi_slopes = p.alibi_slopes + b * p.alibi_stride_b;
   // Philox stream offset + b * Hq + h: batch entry b of the padded batch.
-  s.dropout.offset = p.dropout.offset + static_cast<std::uint64_t>(b) *
-                                            static_cast<std::uint64_t>(p.dropout.heads_q);
+  s.dropout.offset = p.dropout.offset +
+                     static_cast<std::uint64_t>(b) * static_cast<std::uint64_t>(p.dropout.heads_q);
   return s;
 }
 

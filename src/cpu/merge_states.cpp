@@ -32,8 +32,7 @@ void cpu_merge_states(const MergeParams& p, int threads) {
         for (int i = 0; i < n; ++i) {
           if (lse[i] == -INFINITY) continue;  // never read: it may hold anything
           const MergeOperand& part = p.parts[i];
-          const std::int64_t base =
-              b * part.o_stride_b + l * part.o_stride_l + h * part.o_stride_h;
+          const std::int64_t base = b * part.o_stride_b + l * part.o_stride_l + h * part.o_stride_h;
           for (std::int64_t d = 0; d < p.dim; ++d)
             acc[d] += weight[i] * load_as_f32(part.out, part.dtype, base + d);
         }

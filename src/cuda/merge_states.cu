@@ -15,8 +15,9 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 
 __device__ cuda::ElemType device_type(DType d) {
-  return d == DType::f32 ? cuda::ElemType::f32
-                         : d == DType::f16 ? cuda::ElemType::f16 : cuda::ElemType::bf16;
+  return d == DType::f32   ? cuda::ElemType::f32
+         : d == DType::f16 ? cuda::ElemType::f16
+                           : cuda::ElemType::bf16;
 }
 
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
@@ -42,10 +43,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       for (int i = 0; i < p.num_parts; ++i) {
         if (lse[i] == -INFINITY) continue;  // never read: it may hold anything
         const MergeOperand& part = p.parts[i];
-        const std::int64_t base =
-            b * part.o_stride_b + l * part.o_stride_l + h * part.o_stride_h;
-        acc += weight[i] *
-               cuda::load_elem(static_cast<const char*>(part.out), base + d, device_type(part.dtype));
+        const std::int64_t base = b * part.o_stride_b + l * part.o_stride_l + h * part.o_stride_h;
+        acc += weight[i] * cuda::load_elem(static_cast<const char*>(part.out), base + d,
+                                           device_type(part.dtype));
       }
     }
     cuda::store_elem(res.out, out_base + d, out_type, acc);
@@ -61,7 +61,8 @@ void cuda_merge_states(const MergeParams& p, void* stream) {
   if (rows == 0 || p.dim == 0) return;
   const DeviceGuard guard(p.device_index);
   const std::int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if (blocks > 0x7fffffff) throw_cuda("merge_attention_states: too many rows", cudaErrorInvalidValue);
+  if (blocks > 0x7fffffff)
+    throw_cuda("merge_attention_states: too many rows", cudaErrorInvalidValue);
   merge_states_kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0,
                         static_cast<cudaStream_t>(stream)>>>(p);
   const cudaError_t status = cudaGetLastError();

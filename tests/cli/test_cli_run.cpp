@@ -333,7 +333,6 @@ TEST(CliRun, EverythingAtOnceBhsd) {
   run_case(c);
 }
 
-
 // A varlen batch through --cu-seqlens-q/-k (causal, key lengths behind which the keys are NaN)
 // against the reference run on each sequence alone.
 TEST(CliRun, VarlenCausalWithKeyLengths) {
@@ -354,12 +353,12 @@ TEST(CliRun, VarlenCausalWithKeyLengths) {
   npy::write(dir.file("cq.npy"), npy::ElementType::i32, {4}, cu_q.data());
   npy::write(dir.file("ck.npy"), npy::ElementType::i32, {4}, cu_k.data());
   npy::write(dir.file("used.npy"), npy::ElementType::i32, {3}, used.data());
-  const CliResult r = run_cli({"run", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v",
-                               dir.file("v.npy"), "--out", dir.file("out.npy"), "--lse",
-                               dir.file("lse.npy"), "--cu-seqlens-q", dir.file("cq.npy"),
-                               "--cu-seqlens-k", dir.file("ck.npy"), "--key-lengths",
-                               dir.file("used.npy"), "--causal", "bottom-right"},
-                              dir.path());
+  const CliResult r =
+      run_cli({"run", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v.npy"),
+               "--out", dir.file("out.npy"), "--lse", dir.file("lse.npy"), "--cu-seqlens-q",
+               dir.file("cq.npy"), "--cu-seqlens-k", dir.file("ck.npy"), "--key-lengths",
+               dir.file("used.npy"), "--causal", "bottom-right"},
+              dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::int64_t> shape;
   const std::vector<float> out = read_f32(dir.file("out.npy"), &shape);
@@ -383,7 +382,8 @@ TEST(CliRun, VarlenCausalWithKeyLengths) {
     Context ctx;
     ctx.backend = Backend::reference;
     attention_forward(a, ctx);
-    const std::vector<float> got(out.begin() + cu_q[b] * Hq * D, out.begin() + cu_q[b + 1] * Hq * D);
+    const std::vector<float> got(out.begin() + cu_q[b] * Hq * D,
+                                 out.begin() + cu_q[b + 1] * Hq * D);
     EXPECT_LE(rel_l2(got, ref_out), 1e-5) << "sequence " << b;
     for (std::int64_t h = 0; h < Hq; ++h)
       for (std::int64_t i = 0; i < nq; ++i) {

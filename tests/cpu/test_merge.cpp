@@ -161,8 +161,7 @@ TEST(Merge, Errors) {
                         "dimension 1");
   Tensor lse_in_out = la.view();  // the merged lse written over the merged out
   lse_in_out.data = out.view().data;
-  expect_argument_error(merge(a.view(), la.view(), out.view(), lse_in_out), "lse",
-                        "overlaps out");
+  expect_argument_error(merge(a.view(), la.view(), out.view(), lse_in_out), "lse", "overlaps out");
   Tensor a_half = a.view();
   a_half.shape[1] = 2;
   Tensor b_half = b.view();

@@ -173,8 +173,7 @@ void expect_rows_equal(const char* what, std::int64_t b, const HostTensor& packe
     }
   }
   EXPECT_EQ(mismatches, 0) << what << " of sequence " << b << ": first at element " << first_bad
-                           << " (row " << first + first_bad / std::max<std::int64_t>(row, 1)
-                           << ")";
+                           << " (row " << first + first_bad / std::max<std::int64_t>(row, 1) << ")";
 }
 
 struct Target {
@@ -184,8 +183,8 @@ struct Target {
 
 std::vector<Target> targets() {
   std::vector<Target> t{{Backend::reference, CpuIsa::best}};
-  for (const CpuIsa isa : {CpuIsa::amx_bf16, CpuIsa::avx512_bf16, CpuIsa::avx512, CpuIsa::avx2,
-                           CpuIsa::portable})
+  for (const CpuIsa isa :
+       {CpuIsa::amx_bf16, CpuIsa::avx512_bf16, CpuIsa::avx512, CpuIsa::avx2, CpuIsa::portable})
     if (isa_supported(isa)) t.push_back({Backend::cpu, isa});
   return t;
 }
@@ -223,8 +222,8 @@ TEST_P(Varlen, EqualsEachSequenceAloneBitwise) {
             const float got = p.lse.get(h * p.total_q + p.cu_q[b] + i);
             const float want = s.lse.get(h * (p.cu_q[b + 1] - p.cu_q[b]) + i);
             EXPECT_TRUE(got == want || (got != got && want != want))
-                << "lse of sequence " << b << " head " << h << " row " << i << ": " << got
-                << " vs " << want;
+                << "lse of sequence " << b << " head " << h << " row " << i << ": " << got << " vs "
+                << want;
           }
       }
       // Every output element was written (the poison is NaN; no canary in these inputs is
@@ -309,12 +308,14 @@ TEST(VarlenErrors, RefusedWithTheArgumentNamed) {
     expect_argument_error([&] { attention_forward(a); }, argument, fragment);
   };
   std::vector<std::int32_t> descending{0, 3, 2}, not_zero{1, 3, 7}, short_total{0, 3, 6};
-  expect([&](AttentionArgs& a) { a.cu_seqlens_q = make_tensor(descending.data(), DType::i32, {3}); },
-         "cu_seqlens_q", "non-decreasing");
+  expect(
+      [&](AttentionArgs& a) { a.cu_seqlens_q = make_tensor(descending.data(), DType::i32, {3}); },
+      "cu_seqlens_q", "non-decreasing");
   expect([&](AttentionArgs& a) { a.cu_seqlens_q = make_tensor(not_zero.data(), DType::i32, {3}); },
          "cu_seqlens_q", "start at 0");
-  expect([&](AttentionArgs& a) { a.cu_seqlens_q = make_tensor(short_total.data(), DType::i32, {3}); },
-         "cu_seqlens_q", "ends at 6");
+  expect(
+      [&](AttentionArgs& a) { a.cu_seqlens_q = make_tensor(short_total.data(), DType::i32, {3}); },
+      "cu_seqlens_q", "ends at 6");
   expect([&](AttentionArgs& a) { a.max_seqlen_q = 3; }, "max_seqlen_q", "sequence 1 has 4");
   expect([&](AttentionArgs& a) { a.max_seqlen_k = 4; }, "max_seqlen_k", "sequence 1 has 5");
   expect([&](AttentionArgs& a) { a.cu_seqlens_k = Tensor{}; }, "cu_seqlens_k", "required");
@@ -326,16 +327,25 @@ TEST(VarlenErrors, RefusedWithTheArgumentNamed) {
   HostTensor q4 = HostTensor::contiguous(DType::f32, {1, 7, 2, 8});
   expect([&](AttentionArgs& a) { a.q = q4.view(); }, "q", "[total_q, Hq, D]");
   std::vector<std::uint8_t> mask(7 * 9, 1);
-  expect([&](AttentionArgs& a) { a.mask = make_tensor(mask.data(), DType::boolean, {7, 9}); },
-         "mask", "varlen");
+  expect(
+      [&](AttentionArgs& a) {
+        a.mask = make_tensor(mask.data(), DType::boolean, {7, 9});
+      },
+      "mask", "varlen");
   std::vector<std::int32_t> used{2, 6};
   expect([&](AttentionArgs& a) { a.key_lengths = make_tensor(used.data(), DType::i32, {2}); },
          "key_lengths", "sequence b's key count");
   std::vector<float> lse(7 * 2);
-  expect([&](AttentionArgs& a) { a.lse = make_tensor(lse.data(), DType::f32, {7, 2}); }, "lse",
-         "dimension 0");
-  expect([&](AttentionArgs& a) { a.out = make_tensor(f.cu_q.data(), DType::f32, {7, 2, 8}); },
-         "cu_seqlens_q", "overlaps out");
+  expect(
+      [&](AttentionArgs& a) {
+        a.lse = make_tensor(lse.data(), DType::f32, {7, 2});
+      },
+      "lse", "dimension 0");
+  expect(
+      [&](AttentionArgs& a) {
+        a.out = make_tensor(f.cu_q.data(), DType::f32, {7, 2, 8});
+      },
+      "cu_seqlens_q", "overlaps out");
 }
 
 }  // namespace

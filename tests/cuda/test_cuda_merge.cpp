@@ -84,8 +84,8 @@ TEST(CudaVarlen, RefusedWithAClearError) {
   a.q = d_q.view(), a.k = d_k.view(), a.v = d_v.view(), a.out = d_out.view();
   void* d_cu = nullptr;
   TILEATTN_CUDA_CHECK(cudaMalloc(&d_cu, sizeof(std::int32_t) * 2));
-  TILEATTN_CUDA_CHECK(cudaMemcpy(d_cu, cu.data(), sizeof(std::int32_t) * 2,
-                                 cudaMemcpyHostToDevice));
+  TILEATTN_CUDA_CHECK(
+      cudaMemcpy(d_cu, cu.data(), sizeof(std::int32_t) * 2, cudaMemcpyHostToDevice));
   a.cu_seqlens_q = a.cu_seqlens_k = make_tensor(d_cu, DType::i32, {2}, Device::cuda);
   a.max_seqlen_q = a.max_seqlen_k = 6;
   expect_argument_error([&] { attention_forward(a); }, "cu_seqlens_q", "cuda backend");
