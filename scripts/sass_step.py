@@ -111,7 +111,8 @@ def hot_path(lines, first_s):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("files", nargs="+")
-    parser.add_argument("--kernel", default="flash_fwd_sm90_kernelI13__nv_bfloat16Li64ELb0E")
+    parser.add_argument(
+        "--kernel", default="flash_fwd_sm90_kernelI13__nv_bfloat16Li64ENS0_18CausalWindowScoresE")
     parser.add_argument("--hot", action="store_true", help="also the interior block's hot path")
     parser.add_argument("--hot-print", action="store_true", help="print the hot path's lines")
     args = parser.parse_args()

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/launch.cuh"
 #include "cuda/sm90/flash_fwd_sm90.cuh"
 #include "cuda/sm90/flash_fwd_sm90_launch.hpp"
 #include "cuda/sm90/tensor_maps.hpp"
@@ -66,8 +67,10 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
   const unsigned ctas = max_ctas > 0 ? max_ctas : static_cast<unsigned>(sms);
   const unsigned blocks =
       cfg.persistent ? std::min({tiles, static_cast<unsigned>(sms), ctas}) : tiles;
+  // The score policy (flash_fwd_sm90_scores.cuh): the dispatcher's kGeneral, by name.
+  using Scores = std::conditional_t<kGeneral, GeneralScores, CausalWindowScores>;
   const cudaError_t launched =
-      launch_kernel(&flash_fwd_sm90_kernel<T, kBucket, kGeneral>, cfg, params, blocks, stream);
+      launch_kernel(&flash_fwd_sm90_kernel<T, kBucket, Scores>, cfg, params, blocks, stream);
 #ifdef TILEATTN_FWD_TRACE
   print_fwd_trace_kernel<<<1, 1, 0, stream>>>();
 #endif

@@ -1,7 +1,9 @@
 // Instantiation table of the sm90 (wgmma + TMA) forward: {f16, bf16} x head-dim bucket
 // {64, 128, 256} x {fast, general score path} = 12 kernels, one translation unit per bucket
-// (flash_fwd_sm90_hdim*.cu). The kernels have bodies only in the sm_90a pass (other passes
-// compile an empty stub that the dispatcher never launches).
+// (flash_fwd_sm90_hdim*.cu). The score path is the kGeneral argument here and the kernel's score
+// policy type inside (CausalWindowScores, GeneralScores: sm90/flash_fwd_sm90_scores.cuh). The
+// kernels have bodies only in the sm_90a pass (other passes compile an empty stub that the
+// dispatcher never launches).
 #pragma once
 
 #include <cuda_bf16.h>
