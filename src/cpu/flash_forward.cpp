@@ -535,38 +535,20 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
   std::vector<WorkItem> work;
   // Per packed key block, its poisoned keys (two words); per pair of the phase, whether any.
   std::vector<std::uint64_t> poison(static_cast<std::size_t>(pairs_per_phase * plan.blocks * 2));
-  std::vector<std::uint8_t> pair_poisoned(static_cast<std::size_t>(pairs_per_phase));
   const std::int64_t q_tiles = (p.len_q + block_q - 1) / block_q;
 
+// Two barriers a phase: after the packing (the tiles read the packed K/V and the work list)
+// and after the tiles (the next phase repacks); the last phase's second is the region's end.
+// The work list is built by one thread while the others start packing.
 #pragma omp parallel num_threads(resolve_threads(threads))
   {
     ThreadScratch& scratch = thread_scratch(p, plan);
     for (std::int64_t phase = 0; phase < pairs; phase += pairs_per_phase) {
       const std::int64_t phase_pairs = std::min(pairs_per_phase, pairs - phase);
-#pragma omp for schedule(static)
-      for (std::int64_t item = 0; item < phase_pairs * plan.blocks; ++item) {
-        const std::int64_t local = item / plan.blocks, kb = item % plan.blocks;
-        const std::int64_t pair = phase + local, b = pair / p.heads_kv, kv = pair % p.heads_kv;
-        char* k_dst =
-            k_base + (local * plan.k_head_elems + kb * plan.geometry.k_block_elems) * elem;
-        char* v_dst =
-            v_base + (local * plan.v_head_elems + kb * plan.geometry.v_block_elems) * elem;
-        std::uint64_t* block_poison = poison.data() + item * 2;
-        if (plan.family != KernelFamily::f32)
-          pack_block_pairs(p, plan, b, kv, kb, reinterpret_cast<std::uint16_t*>(k_dst),
-                           reinterpret_cast<std::uint16_t*>(v_dst), block_poison);
-        else
-          pack_block_f32(p, plan, b, kv, kb, reinterpret_cast<float*>(k_dst),
-                         reinterpret_cast<float*>(v_dst), scratch.pack_rows.data(),
-                         scratch.pack_block.data(), block_poison);
-      }
-#pragma omp single
+#pragma omp single nowait
       {
         work.clear();
         for (std::int64_t local = 0; local < phase_pairs; ++local) {
-          const auto words = poison.begin() + local * plan.blocks * 2;
-          pair_poisoned[static_cast<std::size_t>(local)] =
-              std::any_of(words, words + plan.blocks * 2, [](std::uint64_t x) { return x != 0; });
           const std::int64_t pair = phase + local, b = pair / p.heads_kv;
           const std::int64_t kv_head = pair % p.heads_kv;
           for (std::int64_t t = 0; t < q_tiles; ++t) {
@@ -588,15 +570,41 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
           return a.pair != c.pair ? a.pair < c.pair : a.cost > c.cost;
         });
       }
-#pragma omp for schedule(dynamic, 1)
-      for (std::size_t w = 0; w < work.size(); ++w) {
+#pragma omp for schedule(static)
+      for (std::int64_t item = 0; item < phase_pairs * plan.blocks; ++item) {
+        const std::int64_t local = item / plan.blocks, kb = item % plan.blocks;
+        const std::int64_t pair = phase + local, b = pair / p.heads_kv, kv = pair % p.heads_kv;
+        char* k_dst =
+            k_base + (local * plan.k_head_elems + kb * plan.geometry.k_block_elems) * elem;
+        char* v_dst =
+            v_base + (local * plan.v_head_elems + kb * plan.geometry.v_block_elems) * elem;
+        std::uint64_t* block_poison = poison.data() + item * 2;
+        if (plan.family != KernelFamily::f32)
+          pack_block_pairs(p, plan, b, kv, kb, reinterpret_cast<std::uint16_t*>(k_dst),
+                           reinterpret_cast<std::uint16_t*>(v_dst), block_poison);
+        else
+          pack_block_f32(p, plan, b, kv, kb, reinterpret_cast<float*>(k_dst),
+                         reinterpret_cast<float*>(v_dst), scratch.pack_rows.data(),
+                         scratch.pack_block.data(), block_poison);
+      }
+      const bool last_phase = phase + pairs_per_phase >= pairs;
+      const auto run_item = [&](std::size_t w) {
         const WorkItem& item = work[w];
         const std::int64_t b = (phase + item.pair) / p.heads_kv;
-        const bool poisoned = pair_poisoned[static_cast<std::size_t>(item.pair)] != 0;
+        const auto words = poison.begin() + item.pair * plan.blocks * 2;
+        const bool poisoned =
+            std::any_of(words, words + plan.blocks * 2, [](std::uint64_t x) { return x != 0; });
         run_tile(p, plan, k_base + item.pair * plan.k_head_elems * elem,
                  v_base + item.pair * plan.v_head_elems * elem,
                  poisoned ? poison.data() + item.pair * plan.blocks * 2 : nullptr, b, item,
                  scratch);
+      };
+      if (last_phase) {
+#pragma omp for schedule(dynamic, 1) nowait
+        for (std::size_t w = 0; w < work.size(); ++w) run_item(w);
+      } else {
+#pragma omp for schedule(dynamic, 1)
+        for (std::size_t w = 0; w < work.size(); ++w) run_item(w);
       }
     }
   }
