@@ -46,9 +46,9 @@ bool dkv_vector_stores_ok(const AttnBackwardParams& p) {
 }
 
 bool dout_vector_loads_ok(const AttnBackwardParams& p) {
-  return p.dout_dtype == p.dtype && rows_in_16_byte_chunks(p.dout_dtype, p.dim_v, p.dout,
-                                                           p.do_stride_b, p.do_stride_l,
-                                                           p.do_stride_h);
+  return p.dout_dtype == p.dtype &&
+         rows_in_16_byte_chunks(p.dout_dtype, p.dim_v, p.dout, p.do_stride_b, p.do_stride_l,
+                                p.do_stride_h);
 }
 
 template <typename T, int kBucket>

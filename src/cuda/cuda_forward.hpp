@@ -1,4 +1,5 @@
-// CUDA backend entry points, called by attention_forward and attention_backward for device tensors (src/api/attention.cpp).
+// CUDA backend entry points, called by attention_forward and attention_backward for device tensors
+// (src/api/attention.cpp).
 #pragma once
 
 #include <cstddef>

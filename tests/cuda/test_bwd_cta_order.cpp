@@ -13,8 +13,8 @@ namespace tileattn::test {
 namespace {
 
 void check_order(int num_n_blocks, int pairs, int section_pairs) {
-  SCOPED_TRACE(testing::Message() << "blocks " << num_n_blocks << " pairs " << pairs
-                                  << " section " << section_pairs);
+  SCOPED_TRACE(testing::Message() << "blocks " << num_n_blocks << " pairs " << pairs << " section "
+                                  << section_pairs);
   std::vector<int> hits(static_cast<std::size_t>(num_n_blocks) * pairs, 0);
   int previous_pair_section = -1, previous_block = 0;
   for (int bid = 0; bid < num_n_blocks * pairs; ++bid) {

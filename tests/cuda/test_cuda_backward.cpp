@@ -37,9 +37,8 @@ std::vector<Case> backward_cases() {
     list.add(name, tweak);
   };
   add("Small_plain", [](Case& c) { c.B = 2, c.Lq = c.Lk = 64, c.Hq = c.Hkv = 3, c.D = 64; });
-  add("Small_causal_gqa", [](Case& c) {
-    c.Lq = c.Lk = 150, c.Hq = 4, c.Hkv = 2, c.D = 128, c.causal = true;
-  });
+  add("Small_causal_gqa",
+      [](Case& c) { c.Lq = c.Lk = 150, c.Hq = 4, c.Hkv = 2, c.D = 128, c.causal = true; });
   add("Small_everything", [](Case& c) {
     c.B = 2, c.Lq = 77, c.Lk = 140, c.Hq = 4, c.Hkv = 2, c.D = 72, c.Dv = 40, c.causal = true;
     c.window_left = 50, c.mask = MaskKind::additive_full, c.key_lengths = KeyLengths::i64;
@@ -58,19 +57,16 @@ std::vector<Case> backward_cases() {
   add("dv_lt_d", [](Case& c) { c.Lq = 70, c.Lk = 90, c.D = 128, c.Dv = 64; });
   add("dv_gt_d", [](Case& c) { c.Lq = 70, c.Lk = 90, c.D = 24, c.Dv = 200; });
   add("causal_bottom_right", [](Case& c) { c.B = 2, c.Lq = c.Lk = 200, c.causal = true; });
-  add("causal_top_left", [](Case& c) {
-    c.Lq = c.Lk = 200, c.causal = true, c.alignment = Alignment::top_left;
-  });
+  add("causal_top_left",
+      [](Case& c) { c.Lq = c.Lk = 200, c.causal = true, c.alignment = Alignment::top_left; });
   add("causal_br_lq_gt_lk", [](Case& c) { c.Lq = 190, c.Lk = 70, c.causal = true; });
   add("causal_br_lq_lt_lk", [](Case& c) { c.Lq = 70, c.Lk = 230, c.causal = true; });
-  add("causal_tl_lq_gt_lk", [](Case& c) {
-    c.Lq = 190, c.Lk = 70, c.causal = true, c.alignment = Alignment::top_left;
-  });
+  add("causal_tl_lq_gt_lk",
+      [](Case& c) { c.Lq = 190, c.Lk = 70, c.causal = true, c.alignment = Alignment::top_left; });
   add("window", [](Case& c) { c.Lq = 170, c.Lk = 190, c.window_left = 30, c.window_right = 5; });
   add("window_left_only", [](Case& c) { c.Lq = 170, c.Lk = 250, c.window_left = 70; });
-  add("causal_window_d128", [](Case& c) {
-    c.Lq = c.Lk = 300, c.D = 128, c.causal = true, c.window_left = 100;
-  });
+  add("causal_window_d128",
+      [](Case& c) { c.Lq = c.Lk = 300, c.D = 128, c.causal = true, c.window_left = 100; });
   add("mask_bool_full", [](Case& c) {
     c.B = 2, c.Lq = 80, c.Lk = 130, c.Hq = 3, c.Hkv = 1, c.mask = MaskKind::bool_full;
   });
@@ -88,13 +84,11 @@ std::vector<Case> backward_cases() {
   add("dropout", [](Case& c) {
     c.B = 2, c.Lq = 140, c.Lk = 190, c.Hq = 4, c.Hkv = 2, c.D = 64, c.dropout = 0.3f;
   });
-  add("dropout_causal_d256", [](Case& c) {
-    c.Lq = c.Lk = 150, c.D = 256, c.causal = true, c.dropout = 0.5f;
-  });
+  add("dropout_causal_d256",
+      [](Case& c) { c.Lq = c.Lk = 150, c.D = 256, c.causal = true, c.dropout = 0.5f; });
   add("mqa", [](Case& c) { c.B = 2, c.Lq = c.Lk = 130, c.Hq = 6, c.Hkv = 1; });
-  add("layout_bhsd", [](Case& c) {
-    c.B = 2, c.Lq = 70, c.Lk = 90, c.Hq = 4, c.Hkv = 2, c.layout = Layout::bhsd;
-  });
+  add("layout_bhsd",
+      [](Case& c) { c.B = 2, c.Lq = 70, c.Lk = 90, c.Hq = 4, c.Hkv = 2, c.layout = Layout::bhsd; });
   add("layout_padded_window", [](Case& c) {
     c.Lq = 170, c.Lk = 190, c.Hq = 6, c.Hkv = 2, c.D = 80, c.Dv = 48, c.window_left = 20,
     c.window_right = 5, c.layout = Layout::padded_bshd;
@@ -119,8 +113,14 @@ struct DeviceGradients {
 // The device copies of a BackwardProblem's inputs and the arguments that bind them.
 struct DeviceProblem {
   explicit DeviceProblem(const BackwardProblem& bp)
-      : q(bp.problem.q), k(bp.problem.k), v(bp.problem.v), mask(bp.problem.mask),
-        key_lengths(bp.problem.key_lengths), alibi(bp.problem.alibi), out(bp.out), lse(bp.lse),
+      : q(bp.problem.q),
+        k(bp.problem.k),
+        v(bp.problem.v),
+        mask(bp.problem.mask),
+        key_lengths(bp.problem.key_lengths),
+        alibi(bp.problem.alibi),
+        out(bp.out),
+        lse(bp.lse),
         dout(bp.dout) {}
 
   // host_args: the host call's arguments (options, seeds); `out_override` replaces out.

@@ -44,18 +44,16 @@ std::vector<Case> all_cases() {
   // At D 256 (block_n 64) a causal tile's last key block holds no key for warpgroup 0 (rows
   // 0-63 of the tile): the sm90 fast kernel skips it there. 320 rows: the last tile has 64, so
   // warpgroup 1 has none. Lq > Lk bottom-right: a tile whose only block warpgroup 0 skips.
-  add("Small_causal_skip_block_d256", [](Case& c) {
-    c.B = 2, c.Lq = c.Lk = 320, c.Hq = 4, c.Hkv = 2, c.D = 256, c.causal = true;
-  });
+  add("Small_causal_skip_block_d256",
+      [](Case& c) { c.B = 2, c.Lq = c.Lk = 320, c.Hq = 4, c.Hkv = 2, c.D = 256, c.causal = true; });
   add("Small_causal_skip_block_d256_lq_gt_lk",
       [](Case& c) { c.Lq = 300, c.Lk = 100, c.D = 256, c.causal = true; });
   add("Small_dropout", [](Case& c) {
     c.B = 2, c.Lq = 70, c.Lk = 90, c.Hq = 4, c.Hkv = 2, c.D = 64, c.dropout = 0.3f;
   });
   // Dropout: the same Philox decisions as the reference (a different mask fails the tolerance).
-  add("dropout_causal_long", [](Case& c) {
-    c.Lq = 300, c.Lk = 300, c.D = 128, c.causal = true, c.dropout = 0.5f;
-  });
+  add("dropout_causal_long",
+      [](Case& c) { c.Lq = 300, c.Lk = 300, c.D = 128, c.causal = true, c.dropout = 0.5f; });
   add("dropout_everything", [](Case& c) {
     c.B = 2, c.Lq = 77, c.Lk = 190, c.Hq = 4, c.Hkv = 2, c.D = 96, c.causal = true;
     c.window_left = 50, c.mask = MaskKind::bool_batch, c.key_lengths = KeyLengths::i32;
@@ -150,9 +148,8 @@ std::vector<Case> all_cases() {
   add("scale_large", [](Case& c) { c.Lq = 50, c.Lk = 77, c.scale = 1.0f, c.D = 64; });
   // Running maxima that jump by more than 2^8, and by more than f32's range (2^128), from one
   // key block to the next: the sm90 kernels' speculative softmax must fall back.
-  add("key_ramp_d64", [](Case& c) {
-    c.Lq = 70, c.Lk = 900, c.D = 64, c.scale = 1.0f, c.key_ramp = 40;
-  });
+  add("key_ramp_d64",
+      [](Case& c) { c.Lq = 70, c.Lk = 900, c.D = 64, c.scale = 1.0f, c.key_ramp = 40; });
   add("key_ramp_causal_d128", [](Case& c) {
     c.Lq = c.Lk = 700, c.D = 128, c.scale = 1.0f, c.key_ramp = 40, c.causal = true;
   });
@@ -162,12 +159,10 @@ std::vector<Case> all_cases() {
   add("key_ramp_causal_d64", [](Case& c) {
     c.Lq = c.Lk = 700, c.D = 64, c.scale = 1.0f, c.key_ramp = 40, c.causal = true;
   });
-  add("window_both_d64", [](Case& c) {
-    c.Lq = 200, c.Lk = 450, c.window_left = 20, c.window_right = 37, c.D = 64;
-  });
-  add("key_ramp_d256", [](Case& c) {
-    c.Lq = 140, c.Lk = 500, c.D = 256, c.scale = 0.5f, c.key_ramp = 40;
-  });
+  add("window_both_d64",
+      [](Case& c) { c.Lq = 200, c.Lk = 450, c.window_left = 20, c.window_right = 37, c.D = 64; });
+  add("key_ramp_d256",
+      [](Case& c) { c.Lq = 140, c.Lk = 500, c.D = 256, c.scale = 0.5f, c.key_ramp = 40; });
 
   // Layouts and output dtypes.
   add("layout_bhsd",

@@ -66,8 +66,8 @@ __device__ __forceinline__ void stage_dk_dv(const FlashBwdParams& p,
         const std::uint32_t at = stage + r * kPitchBytes + (((chunk0 + nt) ^ (r % 8)) * 16) + t * 4;
         store_shared_u32(at, pack_pair16(p.dk_type, acc_dk[mt][nt][2 * hh] * p.scale,
                                          acc_dk[mt][nt][2 * hh + 1] * p.scale));
-        store_shared_u32(at + kDvOffset,
-                         pack_pair16(p.dv_type, acc_dv[mt][nt][2 * hh], acc_dv[mt][nt][2 * hh + 1]));
+        store_shared_u32(at + kDvOffset, pack_pair16(p.dv_type, acc_dv[mt][nt][2 * hh],
+                                                     acc_dv[mt][nt][2 * hh + 1]));
       }
     }
 }

@@ -30,7 +30,9 @@ inline constexpr int kAuxThreads = 256;  // flash_bwd_prepare_vectors and flash_
 // Rows of the workspace region one flash_bwd_convert_dq CTA stages in shared memory: 64 (the
 // sm90 tiled layout's block), 32 for the 256 bucket (64 x 260 floats would not fit the static
 // 48 KB).
-constexpr int convert_region_rows(int bucket) { return bucket > 128 ? 32 : 64; }
+constexpr int convert_region_rows(int bucket) {
+  return bucket > 128 ? 32 : 64;
+}
 
 template <typename T>
 __device__ __forceinline__ float rounded(float x) {
@@ -101,8 +103,8 @@ template <typename T>
 __global__ void __launch_bounds__(kAuxThreads)
     flash_bwd_prepare_vectors(const __grid_constant__ FlashBwdParams p, int lanes_log2) {
   const int lanes = 1 << lanes_log2;
-  const std::int64_t row = (static_cast<std::int64_t>(blockIdx.x) * kAuxThreads + threadIdx.x) >>
-                           lanes_log2;
+  const std::int64_t row =
+      (static_cast<std::int64_t>(blockIdx.x) * kAuxThreads + threadIdx.x) >> lanes_log2;
   const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
   const bool valid = row < static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch;
   float delta = 0.0f, lse_log2 = INFINITY;
@@ -111,8 +113,8 @@ __global__ void __launch_bounds__(kAuxThreads)
     if (at.i < p.len_q) {
       const T* o = static_cast<const T*>(p.out) + at.b * p.o_stride_b + at.i * p.o_stride_l +
                    at.h * p.o_stride_h;
-      const T* d = static_cast<const T*>(p.dout) + at.b * p.do_stride_b +
-                   at.i * p.do_stride_l + at.h * p.do_stride_h;
+      const T* d = static_cast<const T*>(p.dout) + at.b * p.do_stride_b + at.i * p.do_stride_l +
+                   at.h * p.do_stride_h;
       for (int c = lane * 8; c < p.dim_v; c += lanes * 8) {
         const uint4 ov = __ldg(reinterpret_cast<const uint4*>(o + c));
         const uint4 dv = __ldg(reinterpret_cast<const uint4*>(d + c));
@@ -143,7 +145,8 @@ __global__ void __launch_bounds__(kAuxThreads)
 // written whole: 16-byte stores of 8 elements where p.dq_vector_stores, else one element at a
 // time.
 template <int kBucket>
-__global__ void __launch_bounds__(kAuxThreads) flash_bwd_convert_dq(const __grid_constant__ FlashBwdParams p) {
+__global__ void __launch_bounds__(kAuxThreads)
+    flash_bwd_convert_dq(const __grid_constant__ FlashBwdParams p) {
   constexpr int kRows = convert_region_rows(kBucket), kPitch = kBucket + 4;
   __shared__ __align__(16) float tile[kRows * kPitch];
   const int regions_per_plane = p.len_q_padded / kRows;
@@ -151,8 +154,8 @@ __global__ void __launch_bounds__(kAuxThreads) flash_bwd_convert_dq(const __grid
   const std::int64_t plane = blockIdx.x / regions_per_plane;  // b * heads_q + h
   const int row0 = region * kRows;
   if (row0 >= p.len_q) return;
-  const float4* src = reinterpret_cast<const float4*>(
-      p.dq_accum + (plane * p.len_q_padded + row0) * kBucket);
+  const float4* src =
+      reinterpret_cast<const float4*>(p.dq_accum + (plane * p.len_q_padded + row0) * kBucket);
   const int cols = p.dq_tile_cols;
   for (int v = static_cast<int>(threadIdx.x); v < kRows * kBucket / 4; v += kAuxThreads) {
     const float4 x = src[v];
@@ -218,9 +221,9 @@ cudaError_t launch_flash_bwd_prepare(const FlashBwdParams& p, cudaStream_t strea
 
 template <int kBucket>
 cudaError_t launch_flash_bwd_convert_dq(const FlashBwdParams& p, cudaStream_t stream) {
-  const std::int64_t regions = static_cast<std::int64_t>(
-                                    p.len_q_padded / convert_region_rows(kBucket)) *
-                                p.heads_q * p.batch;
+  const std::int64_t regions =
+      static_cast<std::int64_t>(p.len_q_padded / convert_region_rows(kBucket)) * p.heads_q *
+      p.batch;
   if (regions == 0 || p.len_q == 0 || p.dim == 0) return cudaSuccess;
   flash_bwd_convert_dq<kBucket><<<static_cast<unsigned>(regions), kAuxThreads, 0, stream>>>(p);
   return cudaGetLastError();

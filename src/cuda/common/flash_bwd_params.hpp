@@ -25,21 +25,21 @@ struct FlashBwdParams : FlashFwdParams {
   bool dkv_vector_stores;  // dk and dv: the same (16-bit, dim and dim_v % 8, alignment)
 
   int heads_kv;
-  int num_n_blocks;  // ceil(len_k / block_n): key blocks, one CTA each (x chunks x Hkv x B)
+  int num_n_blocks;       // ceil(len_k / block_n): key blocks, one CTA each (x chunks x Hkv x B)
   int cta_section_pairs;  // the CTA order of the backward kernels: 0, or sections of this many
                           // (chunk, Hkv, B) pairs, key blocks outer (cuda/common/bwd_cta_order.cuh)
   int len_q_padded;  // rows of the workspace arrays per (b, h): len_q rounded up to 128 (>= every
                      // block_m)
 
   // Workspace, per (b, h) row-major with len_q_padded rows. Rows >= len_q: delta 0, lse +inf.
-  float* dq_accum;   // [B, Hq, len_q_padded, head-dim bucket]: dQ / scale, summed by atomics or
-                     // (sm90) bulk reductions
+  float* dq_accum;    // [B, Hq, len_q_padded, head-dim bucket]: dQ / scale, summed by atomics or
+                      // (sm90) bulk reductions
   int dq_accum_cols;  // floats per workspace row of dq_accum (the head-dim bucket); the prepare
                       // kernel zeroes them
-  int dq_tile_cols;  // 0: dq_accum row-major; else the sm90 kernel's tiled layout with this many
-                     // columns per sub-tile (src/cuda/common/dq_layout.cuh)
-  float* delta;      // [B, Hq, len_q_padded]: rowsum(dO o O)
-  float* lse_log2;   // [B, Hq, len_q_padded]: lse * log2(e); +inf for rows with no visible key
+  int dq_tile_cols;   // 0: dq_accum row-major; else the sm90 kernel's tiled layout with this many
+                      // columns per sub-tile (src/cuda/common/dq_layout.cuh)
+  float* delta;       // [B, Hq, len_q_padded]: rowsum(dO o O)
+  float* lse_log2;    // [B, Hq, len_q_padded]: lse * log2(e); +inf for rows with no visible key
 
   // Deterministic mode: one zeroed counter per (b, h, query block, column chunk); the key blocks
   // that see a query block add their dQ in key-block order (each waits for its turn). nullptr:

@@ -32,7 +32,8 @@ struct FlashFwdParams {
   ElemType out_type;  // storage of out
   bool vector_loads;  // 16-byte cp.async tile loads are legal (alignment, strides, D % 8 == 0)
   bool pair_stores;   // out: pairs of elements at even columns may be stored as one (alignment)
-  bool vector_stores;  // out: 16-byte stores of 8 elements are legal (out type = in type, alignment)
+  bool
+      vector_stores;  // out: 16-byte stores of 8 elements are legal (out type = in type, alignment)
 
   // Fast path: scores are multiplied by scale * log2(e) and the softmax runs in base 2.
   float scale;

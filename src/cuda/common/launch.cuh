@@ -11,8 +11,8 @@ namespace tileattn::cuda {
 template <typename Params, typename Config>
 cudaError_t launch_kernel(void (*kernel)(const Params), const Config& cfg, const Params& params,
                           unsigned blocks, cudaStream_t stream) {
-  const cudaError_t status = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, cfg.smem_bytes());
+  const cudaError_t status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, cfg.smem_bytes());
   if (status != cudaSuccess) return status;
   kernel<<<blocks, cfg.threads(), cfg.smem_bytes(), stream>>>(params);
   return cudaGetLastError();

@@ -16,7 +16,9 @@
 namespace tileattn::cuda {
 
 // A score beyond f32's range or NaN becomes NaN, a finite one stays: x + 0 * x.
-__device__ __forceinline__ float as_score_or_nan(float x) { return fmaf(x, 0.0f, x); }
+__device__ __forceinline__ float as_score_or_nan(float x) {
+  return fmaf(x, 0.0f, x);
+}
 
 // 0xffff in each 16-bit half of w that holds a non-finite T (all exponent bits set).
 template <typename T>

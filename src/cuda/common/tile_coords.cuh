@@ -10,8 +10,8 @@ namespace tileattn::cuda {
 
 struct TileCoords {
   int m_block, h, b, hk, m0, rows_in_block;
-  int klen;                // valid key length of batch entry b, clamped to [0, len_k]
-  std::int64_t diagonal;   // key position of query row i is i + diagonal
+  int klen;               // valid key length of batch entry b, clamped to [0, len_k]
+  std::int64_t diagonal;  // key position of query row i is i + diagonal
   std::int64_t window_left, window_right;
 
   // Visible keys [first, last) of query row i by window and key length.
@@ -57,7 +57,8 @@ __device__ TileCoords tile_coords_at(const Params& p, int m_block, int bh) {
 // with causal masking, the longest blocks start first.
 template <int kBlockM, typename Params>
 __device__ TileCoords tile_coords(const Params& p) {
-  return tile_coords_at<kBlockM>(p, p.num_m_blocks - 1 - static_cast<int>(blockIdx.x % p.num_m_blocks),
+  return tile_coords_at<kBlockM>(p,
+                                 p.num_m_blocks - 1 - static_cast<int>(blockIdx.x % p.num_m_blocks),
                                  static_cast<int>(blockIdx.x / p.num_m_blocks));
 }
 

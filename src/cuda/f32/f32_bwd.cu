@@ -70,8 +70,9 @@ void cuda_f32_backward(const AttnBackwardParams& p, void* stream, void* given_wo
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   DeviceGuard guard(p.device_index);
   // The library's pool only when the caller gave no workspace (then nothing is allocated).
-  const StreamWorkspace pooled(given_workspace != nullptr ? 0 : cuda_f32_backward_workspace_bytes(p),
-                               p.device_index, cuda_stream);
+  const StreamWorkspace pooled(
+      given_workspace != nullptr ? 0 : cuda_f32_backward_workspace_bytes(p), p.device_index,
+      cuda_stream);
   k.lse_rows = static_cast<float*>(given_workspace != nullptr ? given_workspace : pooled.data());
   k.delta_rows = k.lse_rows + rows;
   k.row_flags = reinterpret_cast<int*>(k.delta_rows + rows);

@@ -57,9 +57,9 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   static_assert(kQTiles * 4 <= 64, "the dropout keep bits of one step fit one word");
 
   extern __shared__ __align__(128) unsigned char smem[];
-  T* const k_tile = reinterpret_cast<T*>(smem);  // (block_n, pitch)
-  T* const v_tile = k_tile + kBlockN * kPitch;   // (block_n, pitch)
-  T* const qdo_tiles = v_tile + kBlockN * kPitch;  // 2 stages x [Q, dO] (block_m, pitch)
+  T* const k_tile = reinterpret_cast<T*>(smem);             // (block_n, pitch)
+  T* const v_tile = k_tile + kBlockN * kPitch;              // (block_n, pitch)
+  T* const qdo_tiles = v_tile + kBlockN * kPitch;           // 2 stages x [Q, dO] (block_m, pitch)
   T* const ds_tile = qdo_tiles + 2 * 2 * kBlockM * kPitch;  // dS^T (block_n, ds_pitch)
   float* const row_stats =
       reinterpret_cast<float*>(ds_tile + kBlockN * kDsPitch);  // 2 stages x [lse_log2, delta]
@@ -118,8 +118,8 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
       qdo_copy.copy(smem_address(q_s), reinterpret_cast<const T*>(q_src), p.q_stride_l, rows,
                     p.dim);
     else
-      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads>(q_s, q_src, p.q_stride_l, rows,
-                                                             p.dim, p.in_type);
+      load_tile_elements<T, kBlockM, kDim, kPitch, kThreads>(q_s, q_src, p.q_stride_l, rows, p.dim,
+                                                             p.in_type);
     if (p.dout_vector_loads)
       qdo_copy.copy(smem_address(do_s), reinterpret_cast<const T*>(do_src), p.do_stride_l, rows,
                     p.dim_v);
@@ -264,14 +264,13 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
           pd[n][e] = s[2 * ks + n][e];
           if constexpr (kGeneral) {
             if (p.dropout_threshold != 0)
-              pd[n][e] = (kept >> ((2 * ks + n) * 4 + e) & 1u) ? pd[n][e] * p.dropout_keep_scale
-                                                                : 0.0f;
+              pd[n][e] =
+                  (kept >> ((2 * ks + n) * 4 + e) & 1u) ? pd[n][e] * p.dropout_keep_scale : 0.0f;
           }
         }
-      const std::uint32_t pa[4] = {MmaType<T>::pack(pd[0][0], pd[0][1]),
-                                   MmaType<T>::pack(pd[0][2], pd[0][3]),
-                                   MmaType<T>::pack(pd[1][0], pd[1][1]),
-                                   MmaType<T>::pack(pd[1][2], pd[1][3])};
+      const std::uint32_t pa[4] = {
+          MmaType<T>::pack(pd[0][0], pd[0][1]), MmaType<T>::pack(pd[0][2], pd[0][3]),
+          MmaType<T>::pack(pd[1][0], pd[1][1]), MmaType<T>::pack(pd[1][2], pd[1][3])};
 #pragma unroll
       for (int dp = 0; dp < kAccTiles / 2; ++dp) {
         std::uint32_t vb[4];
@@ -327,8 +326,10 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
       // (Unsigned: the divisions are shifts, without a signed division's rounding fix-up.)
       const unsigned tid_now = static_cast<unsigned>(thread_index_now());
       const unsigned row_now = tid_now / 32 * 16 + tid_now % 32 / 4;
-      const std::uint32_t lane_bytes = static_cast<std::uint32_t>(
-          swizzled<kDsPitch>(static_cast<int>(row_now), 0) + 2 * static_cast<int>(tid_now % 4)) * 2;
+      const std::uint32_t lane_bytes =
+          static_cast<std::uint32_t>(swizzled<kDsPitch>(static_cast<int>(row_now), 0) +
+                                     2 * static_cast<int>(tid_now % 4)) *
+          2;
 #pragma unroll
       for (int nt = 0; nt < kQTiles; ++nt)
 #pragma unroll
@@ -369,8 +370,8 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
         std::uint32_t a[kDqMTiles][4];
 #pragma unroll
         for (int mt = 0; mt < kDqMTiles; ++mt)
-          ldmatrix_x4_trans(a[mt], ds_base + (ks * 16 + (mat >> 1) * 8 + mat_row) * kDsPitch * 2 +
-                                       sw_ds.x[mt]);
+          ldmatrix_x4_trans(
+              a[mt], ds_base + (ks * 16 + (mat >> 1) * 8 + mat_row) * kDsPitch * 2 + sw_ds.x[mt]);
 #pragma unroll
         for (int np = 0; np < kDqNTiles / 2; ++np) {
           std::uint32_t kb[4];
@@ -385,10 +386,10 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
       int* turn = nullptr;
       if (p.dq_turn != nullptr) {  // deterministic: wait until the earlier key blocks added theirs
         const int m_block = m0 / kBlockM;
-        turn = p.dq_turn +
-               ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.num_m_blocks + m_block) *
-                   kChunks +
-               chunk;
+        turn =
+            p.dq_turn +
+            ((static_cast<std::int64_t>(b) * p.heads_q + h) * p.num_m_blocks + m_block) * kChunks +
+            chunk;
         const int my_turn = n_block - first_key_block_seen<kBlockM, kBlockN>(p, m_block, diagonal);
         if (tid == 0)
           while (load_acquire(turn) != my_turn) __nanosleep(32);

@@ -73,9 +73,11 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
     T* v_tile = k_tile + kBlockN * kPitch;
     const int n0 = n_block * kBlockN, rows = min(kBlockN, klen - n0);
     load_tile<T, kBlockN, kDim, kPitch, kThreads>(k_tile, k_src + n0 * p.k_stride_l * esize,
-                                                  p.k_stride_l, rows, p.dim, p.vector_loads, p.in_type);
+                                                  p.k_stride_l, rows, p.dim, p.vector_loads,
+                                                  p.in_type);
     load_tile<T, kBlockN, kDim, kPitch, kThreads>(v_tile, v_src + n0 * p.v_stride_l * esize,
-                                                  p.v_stride_l, rows, p.dim_v, p.vector_loads, p.in_type);
+                                                  p.v_stride_l, rows, p.dim_v, p.vector_loads,
+                                                  p.in_type);
   };
 
   // Prologue: Q and the first stages - 1 K/V blocks, one commit group per block.
@@ -208,8 +210,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-              s[mt][nt][e] = as_score_or_nan(s[mt][nt][e] * p.scale_log2);
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = as_score_or_nan(s[mt][nt][e] * p.scale_log2);
       }
       if (n0 < first_bottom || n0 + kBlockN > last_top) {  // a block on a window/length edge
 #pragma unroll
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
           block_max = fmaxf(block_max, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
-        block_max = fmaxf(row_max[mt][hh], block_max * exp_scale);  // base-2 units
+        block_max = fmaxf(row_max[mt][hh], block_max * exp_scale);     // base-2 units
         const float base = block_max == -INFINITY ? 0.0f : block_max;  // all masked so far
         const float rescale = exp2_approx(row_max[mt][hh] - base);
         row_max[mt][hh] = block_max;

@@ -41,20 +41,25 @@ struct TileConfig {
 constexpr TileConfig tile_config(int bucket) {
   switch (bucket) {
     case 64:
-      return {.head_dim = 64, .block_m = 128, .block_n = 128, .warps = 4, .stages = 2,
-              .min_blocks = 2, .fold_scale = true};
+      return {.head_dim = 64,
+              .block_m = 128,
+              .block_n = 128,
+              .warps = 4,
+              .stages = 2,
+              .min_blocks = 2,
+              .fold_scale = true};
     case 96:
-      return {.head_dim = 96, .block_m = 128, .block_n = 64, .warps = 4, .stages = 2,
-              .min_blocks = 2};
+      return {
+          .head_dim = 96, .block_m = 128, .block_n = 64, .warps = 4, .stages = 2, .min_blocks = 2};
     case 128:
-      return {.head_dim = 128, .block_m = 128, .block_n = 64, .warps = 4, .stages = 2,
-              .min_blocks = 2};
+      return {
+          .head_dim = 128, .block_m = 128, .block_n = 64, .warps = 4, .stages = 2, .min_blocks = 2};
     case 192:
-      return {.head_dim = 192, .block_m = 128, .block_n = 64, .warps = 8, .stages = 2,
-              .min_blocks = 1};
+      return {
+          .head_dim = 192, .block_m = 128, .block_n = 64, .warps = 8, .stages = 2, .min_blocks = 1};
     case 256:
-      return {.head_dim = 256, .block_m = 128, .block_n = 32, .warps = 8, .stages = 2,
-              .min_blocks = 1};
+      return {
+          .head_dim = 256, .block_m = 128, .block_n = 32, .warps = 8, .stages = 2, .min_blocks = 1};
     default: return {};
   }
 }
@@ -96,10 +101,18 @@ struct BwdTileConfig {
 constexpr BwdTileConfig bwd_tile_config(int bucket) {
   switch (bucket) {
     case 64:  // 129 KB shared memory
-      return {.head_dim = 64, .block_m = 128, .warps = 8, .acc_dim = 64, .min_blocks = 1,
+      return {.head_dim = 64,
+              .block_m = 128,
+              .warps = 8,
+              .acc_dim = 64,
+              .min_blocks = 1,
               .two_d_fast_path = true};
     case 128:  // 145 KB
-      return {.head_dim = 128, .block_m = 64, .warps = 8, .acc_dim = 128, .min_blocks = 1,
+      return {.head_dim = 128,
+              .block_m = 64,
+              .warps = 8,
+              .acc_dim = 128,
+              .min_blocks = 1,
               .two_d_fast_path = true};
     case 256:  // 139 KB, two column chunks
       return {.head_dim = 256, .block_m = 32, .warps = 4, .acc_dim = 128, .min_blocks = 1};

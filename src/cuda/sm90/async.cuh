@@ -18,8 +18,7 @@
 namespace tileattn::cuda {
 
 __device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, unsigned arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)),
-               "r"(arrivals)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(arrivals)
                : "memory");
 }
 
@@ -34,8 +33,7 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
 
 // One arrival that also announces `bytes` of TMA transactions the phase must wait for.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                   smem_address(bar)),
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)),
                "r"(bytes)
                : "memory");
 }
@@ -62,8 +60,7 @@ __device__ __forceinline__ int ld_shared_volatile(std::uint32_t addr) {
 }
 
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(map))
-               : "memory");
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
 }
 
 // TMA load of one box of a 4-D tensor map at coordinates (c0 innermost .. c3) into shared
@@ -81,8 +78,7 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* map, std
 
 // The same with an L2 eviction-priority hint (a policy from l2_evict_first / l2_evict_last).
 __device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* map, std::uint64_t* bar,
-                                            int c0, int c1, int c2, int c3,
-                                            std::uint64_t policy) {
+                                            int c0, int c1, int c2, int c3, std::uint64_t policy) {
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
       " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_address(smem_dst)),
@@ -117,9 +113,9 @@ __device__ __forceinline__ void tma_store_4d(const void* map, const void* smem_s
 __device__ __forceinline__ void bulk_load(void* smem_dst, const void* src, unsigned bytes,
                                           std::uint64_t* bar) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-      ::"r"(smem_address(smem_dst)), "l"(reinterpret_cast<std::uint64_t>(src)), "r"(bytes),
-      "r"(smem_address(bar))
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(smem_address(smem_dst)),
+      "l"(reinterpret_cast<std::uint64_t>(src)), "r"(bytes), "r"(smem_address(bar))
       : "memory");
 }
 
@@ -127,11 +123,10 @@ __device__ __forceinline__ void bulk_load(void* smem_dst, const void* src, unsig
 // a multiple of 16), in the issuing thread's bulk async-group.
 __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const void* smem_src,
                                                     unsigned bytes) {
-  asm volatile(
-      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-          reinterpret_cast<std::uint64_t>(dst)),
-      "r"(smem_address(smem_src)), "r"(bytes)
-      : "memory");
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   reinterpret_cast<std::uint64_t>(dst)),
+               "r"(smem_address(smem_src)), "r"(bytes)
+               : "memory");
 }
 __device__ __forceinline__ void bulk_commit_group() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
@@ -150,8 +145,8 @@ __device__ __forceinline__ void bulk_wait_all() {
 // store, and `address` is a shared-window address as smem_address gives it).
 __device__ __forceinline__ void store_shared_v4(std::uint32_t address, float a, float b, float c,
                                                 float d) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "f"(a), "f"(b),
-               "f"(c), "f"(d)
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "f"(a), "f"(b), "f"(c),
+               "f"(d)
                : "memory");
 }
 
@@ -193,7 +188,9 @@ __device__ __forceinline__ std::uint64_t l2_evict_normal() {
 // thread, rounded down to the allocation unit of 8) are all that setmaxnreg can move between its
 // warpgroups: setmaxnreg.inc waits until the pool has the registers, so warpgroups that ask
 // for more than the others gave back wait forever (a hang, not an error).
-constexpr int setmaxnreg_pool(int threads) { return 65536 / threads / 8 * 8 * threads; }
+constexpr int setmaxnreg_pool(int threads) {
+  return 65536 / threads / 8 * 8 * threads;
+}
 
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_dec() {
@@ -243,7 +240,9 @@ __device__ __forceinline__ std::uint64_t sw128_desc_at(std::uint32_t lo, std::ui
 // so the compiler neither hoists it out of a loop nor merges it with an earlier copy.
 __device__ __forceinline__ std::uint64_t desc_add_volatile(std::uint64_t desc, int units) {
   std::uint64_t out;
-  asm volatile("add.s64 %0, %1, %2;\n" : "=l"(out) : "l"(desc), "l"(static_cast<std::int64_t>(units)));
+  asm volatile("add.s64 %0, %1, %2;\n"
+               : "=l"(out)
+               : "l"(desc), "l"(static_cast<std::int64_t>(units)));
   return out;
 }
 

@@ -121,9 +121,9 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   constexpr bool kCarryDk = kDim > 64;  // dK stays in flight into the next step (see below)
   static_assert((kBlockM == 64 || kBlockM == 128) && kBlockN == 128 && kDim % 64 == 0,
                 "tile shapes");
-  static_assert(cfg.producer_registers * 128 + cfg.consumer_registers * 256 <=
-                    setmaxnreg_pool(cfg.threads()),
-                "register budget");
+  static_assert(
+      cfg.producer_registers * 128 + cfg.consumer_registers * 256 <= setmaxnreg_pool(cfg.threads()),
+      "register budget");
   const FlashBwdParams& p = params.base;
 
   extern __shared__ unsigned char smem_raw[];
@@ -141,8 +141,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   constexpr int kDqFullBarrier = kStepEmptyBarrier + kStages, kDqEmptyBarrier = kDqFullBarrier + 2;
   static_assert(kDqEmptyBarrier + 2 <= 16, "named barriers");
 
-  const BwdCta cta = bwd_cta_at(static_cast<int>(blockIdx.x), p.num_n_blocks,
-                                p.heads_kv * p.batch, p.cta_section_pairs);
+  const BwdCta cta = bwd_cta_at(static_cast<int>(blockIdx.x), p.num_n_blocks, p.heads_kv * p.batch,
+                                p.cta_section_pairs);
   const int n_block = cta.n_block, hk = cta.pair % p.heads_kv, b = cta.pair / p.heads_kv;
   const int n0 = n_block * kBlockN;
   const int klen = key_length(p, b);
@@ -332,16 +332,14 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     for (int ks = 0; ks < kDim / 16; ++ks) {
       const int cb = ks / 4, in_row = (ks % 4) * 16;
       wgmma_ss<T, kBlockM>(s, sw128_desc_at(k_lo, (cb * kBlockN * 64 + in_row) * kElt, 1024),
-                           sw128_desc_at(q_lo, (cb * kBlockM * 64 + in_row) * kElt, 1024),
-                           ks > 0);
+                           sw128_desc_at(q_lo, (cb * kBlockM * 64 + in_row) * kElt, 1024), ks > 0);
     }
     wgmma_commit();
 #pragma unroll
     for (int ks = 0; ks < kDim / 16; ++ks) {
       const int cb = ks / 4, in_row = (ks % 4) * 16;
       wgmma_ss<T, kBlockM>(dp, sw128_desc_at(v_lo, (cb * kBlockN * 64 + in_row) * kElt, 1024),
-                           sw128_desc_at(do_lo, (cb * kBlockM * 64 + in_row) * kElt, 1024),
-                           ks > 0);
+                           sw128_desc_at(do_lo, (cb * kBlockM * 64 + in_row) * kElt, 1024), ks > 0);
     }
     wgmma_commit();
     // The step's lse rows are loaded while the GEMMs run, and delta's under the dP^T GEMM (the
@@ -428,8 +426,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     std::uint32_t da[kBlockM / 16][4];
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
-      if (nt + kAhead < kQTiles)
-        delta2[nt + kAhead] = load_shared_v2(delta_s + (nt + kAhead) * 32);
+      if (nt + kAhead < kQTiles) delta2[nt + kAhead] = load_shared_v2(delta_s + (nt + kAhead) * 32);
       if constexpr (kPackPLate) pack_p(nt);
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] *= dp[nt][e] - ((e & 1) ? delta2[nt].y : delta2[nt].x);
@@ -514,8 +511,8 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     constexpr int kEpilogueBarrier = kDqEmptyBarrier + 2;  // then + 1 + consumer
     static_assert(kEpilogueBarrier + 2 < 16, "named barriers");
     static_assert(kStages * kBlockM >= kBlockN, "the Q / dO ring holds dK and dV");
-    store_dk_dv_staged<kDim, kBlockN>(p, acc_dk, acc_dv, smem_address(q_tiles), b, hk, n0,
-                                      consumer, key_row0, t, kEpilogueBarrier,
+    store_dk_dv_staged<kDim, kBlockN>(p, acc_dk, acc_dv, smem_address(q_tiles), b, hk, n0, consumer,
+                                      key_row0, t, kEpilogueBarrier,
                                       kEpilogueBarrier + 1 + consumer);
   } else {
     store_dk_dv_rows(p, acc_dk, acc_dv, b, hk, n0 + key_row0, 0, t);

@@ -25,12 +25,12 @@ cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& call, cudaStream_t strea
   p.cta_section_pairs = bwd_section_pairs_for(p, 1, kBucket);
   Sm90BwdParams params{};
   params.base = p;
-  if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, p.len_q, p.heads_q, p.batch,
-                       p.q_stride_l, p.q_stride_h, p.q_stride_b, cfg.block_m) ||
+  if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, p.len_q, p.heads_q, p.batch, p.q_stride_l,
+                       p.q_stride_h, p.q_stride_b, cfg.block_m) ||
       !encode_tile_map(&params.do_map, p.dout, bf16, p.dim_v, p.len_q, p.heads_q, p.batch,
                        p.do_stride_l, p.do_stride_h, p.do_stride_b, cfg.block_m) ||
-      !encode_tile_map(&params.k_map, p.k, bf16, p.dim, p.len_k, p.heads_kv, p.batch,
-                       p.k_stride_l, p.k_stride_h, p.k_stride_b, cfg.block_n) ||
+      !encode_tile_map(&params.k_map, p.k, bf16, p.dim, p.len_k, p.heads_kv, p.batch, p.k_stride_l,
+                       p.k_stride_h, p.k_stride_b, cfg.block_n) ||
       !encode_tile_map(&params.v_map, p.v, bf16, p.dim_v, p.len_k, p.heads_kv, p.batch,
                        p.v_stride_l, p.v_stride_h, p.v_stride_b, cfg.block_n))
     return cudaErrorNotSupported;
@@ -38,11 +38,10 @@ cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& call, cudaStream_t strea
   if (status != cudaSuccess) return status;
   const std::int64_t ctas = static_cast<std::int64_t>(p.num_n_blocks) * p.heads_kv * p.batch;
   if (ctas > 0) {
-    status = p.dq_turn != nullptr
-                 ? launch_kernel(&flash_bwd_sm90_kernel<T, kBucket, true>, cfg, params,
-                                 static_cast<unsigned>(ctas), stream)
-                 : launch_kernel(&flash_bwd_sm90_kernel<T, kBucket, false>, cfg, params,
-                                 static_cast<unsigned>(ctas), stream);
+    status = p.dq_turn != nullptr ? launch_kernel(&flash_bwd_sm90_kernel<T, kBucket, true>, cfg,
+                                                  params, static_cast<unsigned>(ctas), stream)
+                                  : launch_kernel(&flash_bwd_sm90_kernel<T, kBucket, false>, cfg,
+                                                  params, static_cast<unsigned>(ctas), stream);
     if (status != cudaSuccess) return status;
   }
   return launch_flash_bwd_convert_dq<kBucket>(p, stream);

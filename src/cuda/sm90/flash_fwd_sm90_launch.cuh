@@ -27,12 +27,12 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
   // Without staging: the output from the registers, element pairs.
   if constexpr (!cfg.stage_output) params.base.vector_stores = false;
   const int heads_kv = p.heads_q / p.heads_per_kv;
-  if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, p.len_q, p.heads_q, p.batch,
-                       p.q_stride_l, p.q_stride_h, p.q_stride_b, 64) ||  // per warpgroup
-      !encode_tile_map(&params.k_map, p.k, bf16, p.dim, p.len_k, heads_kv, p.batch,
-                       p.k_stride_l, p.k_stride_h, p.k_stride_b, cfg.block_n) ||
-      !encode_tile_map(&params.v_map, p.v, bf16, p.dim_v, p.len_k, heads_kv, p.batch,
-                       p.v_stride_l, p.v_stride_h, p.v_stride_b, cfg.block_n))
+  if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, p.len_q, p.heads_q, p.batch, p.q_stride_l,
+                       p.q_stride_h, p.q_stride_b, 64) ||  // per warpgroup
+      !encode_tile_map(&params.k_map, p.k, bf16, p.dim, p.len_k, heads_kv, p.batch, p.k_stride_l,
+                       p.k_stride_h, p.k_stride_b, cfg.block_n) ||
+      !encode_tile_map(&params.v_map, p.v, bf16, p.dim_v, p.len_k, heads_kv, p.batch, p.v_stride_l,
+                       p.v_stride_h, p.v_stride_b, cfg.block_n))
     return cudaErrorNotSupported;
   // The output by TMA stores from the staging buffer where there is one and 16-byte stores are
   // legal (out type T, aligned rows), unless the configuration asks for 16-byte stores. A store
@@ -77,7 +77,8 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
   return launched;
 }
 
-#define TILEATTN_DEFINE_FLASH_FWD_SM90(T, bucket, general) \
-  template cudaError_t launch_flash_fwd_sm90<T, bucket, general>(const FlashFwdParams&, cudaStream_t);
+#define TILEATTN_DEFINE_FLASH_FWD_SM90(T, bucket, general)                              \
+  template cudaError_t launch_flash_fwd_sm90<T, bucket, general>(const FlashFwdParams&, \
+                                                                 cudaStream_t);
 
 }  // namespace tileattn::cuda

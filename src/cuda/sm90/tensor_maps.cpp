@@ -1,8 +1,8 @@
 // Host encoding of the sm90 kernel's TMA descriptors (see tensor_maps.hpp).
 #include "cuda/sm90/tensor_maps.hpp"
 
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 namespace tileattn::cuda {
 namespace {

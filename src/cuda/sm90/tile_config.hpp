@@ -78,18 +78,42 @@ constexpr int sm90_bucket(int dim) {
 constexpr Sm90TileConfig sm90_tile_config(int bucket) {
   switch (bucket) {
     case 64:  // 178 KB shared memory
-      return {.head_dim = 64, .block_m = 128, .block_n = 128, .consumer_warp_groups = 2,
-              .stages = 4, .producer_registers = 24, .consumer_registers = 240, .q_stages = 2,
-              .exp_poly_every = 16, .speculate_max = true, .early_epilogue_rows = true,
+      return {.head_dim = 64,
+              .block_m = 128,
+              .block_n = 128,
+              .consumer_warp_groups = 2,
+              .stages = 4,
+              .producer_registers = 24,
+              .consumer_registers = 240,
+              .q_stages = 2,
+              .exp_poly_every = 16,
+              .speculate_max = true,
+              .early_epilogue_rows = true,
               .half_masked_blocks = true};
     case 128:  // 194 KB (a second Q buffer, 226 KB, runs slower)
-      return {.head_dim = 128, .block_m = 128, .block_n = 128, .consumer_warp_groups = 2,
-              .stages = 2, .producer_registers = 24, .consumer_registers = 240, .q_stages = 1,
-              .exp_poly_every = 0, .speculate_max = true, .early_epilogue_rows = true};
+      return {.head_dim = 128,
+              .block_m = 128,
+              .block_n = 128,
+              .consumer_warp_groups = 2,
+              .stages = 2,
+              .producer_registers = 24,
+              .consumer_registers = 240,
+              .q_stages = 1,
+              .exp_poly_every = 0,
+              .speculate_max = true,
+              .early_epilogue_rows = true};
     case 256:  // 226 KB
-      return {.head_dim = 256, .block_m = 128, .block_n = 64, .consumer_warp_groups = 2,
-              .stages = 2, .producer_registers = 24, .consumer_registers = 240, .q_stages = 1,
-              .exp_poly_every = 0, .speculate_max = true, .early_epilogue_rows = false};
+      return {.head_dim = 256,
+              .block_m = 128,
+              .block_n = 64,
+              .consumer_warp_groups = 2,
+              .stages = 2,
+              .producer_registers = 24,
+              .consumer_registers = 240,
+              .q_stages = 1,
+              .exp_poly_every = 0,
+              .speculate_max = true,
+              .early_epilogue_rows = false};
     default: return {};
   }
 }
@@ -126,11 +150,19 @@ struct Sm90BwdTileConfig {
 constexpr Sm90BwdTileConfig sm90_bwd_tile_config(int bucket) {
   switch (bucket) {
     case 64:  // 196 KB shared memory
-      return {.head_dim = 64, .block_m = 128, .block_n = 128, .stages = 2,
-              .producer_registers = 24, .consumer_registers = 240};
+      return {.head_dim = 64,
+              .block_m = 128,
+              .block_n = 128,
+              .stages = 2,
+              .producer_registers = 24,
+              .consumer_registers = 240};
     case 128:  // 195 KB
-      return {.head_dim = 128, .block_m = 64, .block_n = 128, .stages = 2,
-              .producer_registers = 24, .consumer_registers = 240};
+      return {.head_dim = 128,
+              .block_m = 64,
+              .block_n = 128,
+              .stages = 2,
+              .producer_registers = 24,
+              .consumer_registers = 240};
     default: return {};
   }
 }
