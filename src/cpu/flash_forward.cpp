@@ -587,8 +587,8 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
                          reinterpret_cast<float*>(v_dst), scratch.pack_rows.data(),
                          scratch.pack_block.data(), block_poison);
       }
-      const bool last_phase = phase + pairs_per_phase >= pairs;
-      const auto run_item = [&](std::size_t w) {
+#pragma omp for schedule(dynamic, 1) nowait
+      for (std::size_t w = 0; w < work.size(); ++w) {
         const WorkItem& item = work[w];
         const std::int64_t b = (phase + item.pair) / p.heads_kv;
         const auto words = poison.begin() + item.pair * plan.blocks * 2;
@@ -598,13 +598,10 @@ void cpu_flash_forward(const AttnParams& p, int threads, CpuIsa isa_cap) {
                  v_base + item.pair * plan.v_head_elems * elem,
                  poisoned ? poison.data() + item.pair * plan.blocks * 2 : nullptr, b, item,
                  scratch);
-      };
-      if (last_phase) {
-#pragma omp for schedule(dynamic, 1) nowait
-        for (std::size_t w = 0; w < work.size(); ++w) run_item(w);
-      } else {
-#pragma omp for schedule(dynamic, 1)
-        for (std::size_t w = 0; w < work.size(); ++w) run_item(w);
+      }
+      // The next phase repacks what these tiles read; after the last, the region's end waits.
+      if (phase + pairs_per_phase < pairs) {  // the same on every thread: all reach it
+#pragma omp barrier
       }
     }
   }
