@@ -12,16 +12,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 jobs=$(nproc)
+# Each stage line carries the seconds since the start: CI must stay under 20 minutes.
+stage() { echo "== $* (at $SECONDS s)"; }
 
+stage "configure (after installing dependencies)"
 cmake --preset default >/dev/null  # also writes build/compile_commands.json for clang-tidy
 # The Python tests' virtualenv and requirements (PyTorch: ~3 GB of downloads) meanwhile.
 scripts/python-tests.sh prepare >build/python-prepare.log 2>&1 &
 python_prepare=$!
+stage "lint"
 scripts/lint.sh
+stage "CPU build"
 cmake --build --preset default -j "$jobs"
+stage "CPU tests"
 ctest --preset default -j "$jobs"
 
-echo "== Python package and tests (CPU)"
+stage "Python package and tests (CPU)"
 if ! wait "$python_prepare"; then
   cat build/python-prepare.log
   exit 1
@@ -31,7 +37,7 @@ scripts/python-tests.sh
 
 nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 if [ -x "$nvcc_path" ]; then
-  echo "== CUDA build (compile only on machines without a GPU)"
+  stage "CUDA build (compile only on machines without a GPU)"
   # Only what the CPU build has not covered: the library with its CUDA kernels and the GPU tests
   # (which skip themselves without a GPU).
   cmake --preset cuda -DCMAKE_CUDA_COMPILER="$nvcc_path" >/dev/null
@@ -40,12 +46,12 @@ if [ -x "$nvcc_path" ]; then
 fi
 
 if [ "${TILEATTN_SANITIZE:-0}" = "1" ]; then
-  echo "== ASan + UBSan"
+  stage "ASan + UBSan"
   cmake --preset sanitize >/dev/null
   cmake --build --preset sanitize -j "$jobs"
   ctest --preset sanitize -j "$jobs"
 
-  echo "== libFuzzer (ASan + UBSan)"
+  stage "libFuzzer (ASan + UBSan)"
   cmake --preset fuzz >/dev/null
   cmake --build --preset fuzz -j "$jobs"
   fuzz_seconds=${TILEATTN_FUZZ_SECONDS:-60}
@@ -77,3 +83,4 @@ if [ "${TILEATTN_SANITIZE:-0}" = "1" ]; then
   done
   [ "$failed" = 0 ]
 fi
+stage "done"
