@@ -1,6 +1,6 @@
 """flash_attn_varlen_func and its packed forms: FlashAttention's signatures, outputs and
 gradients against the float64 reference on each sequence, opcheck and torch.compile of the op
-with varlen arguments; on CUDA (no varlen kernels yet) a clear tileattn.Error."""
+with varlen arguments; on CUDA outputs and gradients against the same reference."""
 
 import inspect
 
@@ -96,7 +96,16 @@ def test_opcheck_and_compile_with_varlen_arguments():
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and tileattn.build_info()["cuda"]),
                     reason="needs the CUDA backend and a GPU")
-def test_cuda_varlen_is_refused_clearly():
-    cu_q, cu_k, q, k, v = packed([3, 5], [3, 5], 2, 2, 64, torch.bfloat16, "cuda")
-    with pytest.raises(tileattn.Error, match="cu_seqlens_q"):
-        tt.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 5)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["plain", "causal"])
+def test_cuda_varlen_matches_reference(dtype, causal):
+    lens_q, lens_k = [3, 130, 1, 64], [90, 130, 7, 64]
+    cu_q, cu_k, q, k, v = packed(lens_q, lens_k, 4, 2, 64, dtype, "cuda")
+    out = tt.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal)
+    qc, kc, vc = (t.detach().cpu().requires_grad_() for t in (q, k, v))
+    rout = reference(qc, kc, vc, cu_q.tolist(), cu_k.tolist(), causal=causal)
+    assert rel_l2(out.detach().cpu(), rout.detach()) < TOL[dtype]
+    dout = torch.randn_like(out)
+    for g, w in zip(torch.autograd.grad(out, (q, k, v), dout),
+                    torch.autograd.grad(rout, (qc, kc, vc), dout.cpu().double())):
+        assert rel_l2(g.cpu(), w) < GRAD_TOL[dtype]

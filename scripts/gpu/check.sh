@@ -4,6 +4,9 @@
 # benchmark (tileattn vs PyTorch SDPA FlashAttention-2 and cuDNN on the same shapes, same run).
 #
 #   bash scripts/gpu/check.sh [stages]   stages: any of build smoke test python python_bench
+#                                        varlen_bench (after python: python/bench/varlen.py,
+#                                        causal and not, forward and forward + backward,
+#                                        VARLEN_ARGS)
 #                                        sanitize race_repeat
 #                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80)
 #                                        bwd_parts duel (DUEL_*: tileattn vs cuDNN alternately)
@@ -228,6 +231,13 @@ if has_stage python_bench; then  # after python (its venv): the Python layer's G
   else
     note "-- python_bench: no $BUILD/tools/tileattn (run the build stage with BUILD_TOOLS=ON)"
   fi
+fi
+if has_stage varlen_bench; then  # after python: python/bench/varlen.py (VARLEN_ARGS)
+  stage_mark varlen_bench
+  for args in "--causal" "--causal --backward" "" "--backward"; do
+    (cd /tmp && timeout 200 /tmp/tileattn-venv/bin/python "$ROOT/python/bench/varlen.py" $args \
+      ${VARLEN_ARGS:-}) 2>&1 | tail -8 | tee -a "$OUT/varlen.txt" | tee -a "$SUMMARY"
+  done
 fi
 if has_stage sanitize; then
   stage_mark sanitize

@@ -124,14 +124,6 @@ void run_on_host(F&& f) {
   }
 }
 
-// The CUDA kernels take padded batches only, so far.
-[[maybe_unused]] void refuse_cuda_varlen(const detail::AttnParams& p) {
-  if (p.is_varlen())
-    throw Error(
-        "tileattn: argument 'cu_seqlens_q': varlen batches run on the cpu and reference "
-        "backends; the cuda backend does not support them yet");
-}
-
 }  // namespace
 
 void attention_forward(const AttentionArgs& args, const Context& ctx) {
@@ -142,7 +134,6 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
 #if defined(TILEATTN_WITH_CUDA)
     if (p.device != Device::cuda)
       throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
-    refuse_cuda_varlen(p);
     detail::cuda_flash_forward(p, ctx.cuda_stream, ctx.cuda_f32_via_bf16);
     return;
 #else
@@ -174,7 +165,6 @@ void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
 #if defined(TILEATTN_WITH_CUDA)
     if (p.device != Device::cuda)
       throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
-    refuse_cuda_varlen(p);
     detail::cuda_flash_backward(p, ctx.cuda_stream, ctx.cuda_f32_via_bf16, ctx.cuda_workspace,
                                 ctx.cuda_workspace_bytes);
     return;
@@ -204,7 +194,6 @@ std::size_t attention_backward_workspace_bytes(const AttentionBackwardArgs& args
   const detail::AttnBackwardParams p = detail::validate_backward(args);
   if (resolve_backend(ctx, p.device) != Backend::cuda || p.device != Device::cuda) return 0;
 #if defined(TILEATTN_WITH_CUDA)
-  refuse_cuda_varlen(p);
   return detail::cuda_backward_workspace_bytes(p, ctx.cuda_f32_via_bf16);
 #else
   return 0;

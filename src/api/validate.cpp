@@ -150,6 +150,8 @@ AttnParams validate_forward(const AttentionArgs& a) {
                      "max_seqlen_k");
     p.cu_seqlens_q = static_cast<const std::int32_t*>(a.cu_seqlens_q.data);
     p.cu_seqlens_k = static_cast<const std::int32_t*>(a.cu_seqlens_k.data);
+    p.total_q = Lq;
+    p.total_k = Lk;
     p.len_q = a.max_seqlen_q;
     p.len_k = a.max_seqlen_k;
   }

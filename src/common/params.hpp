@@ -56,6 +56,7 @@ struct AttnParams {
   // Host backends run each sequence as a batch of one (varlen.hpp: sequence_view).
   const std::int32_t* cu_seqlens_q = nullptr;
   const std::int32_t* cu_seqlens_k = nullptr;
+  std::int64_t total_q = 0, total_k = 0;  // varlen: the packed tensors' row counts
 
   const float* alibi_slopes = nullptr;  // f32, indexed b * alibi_stride_b + h * alibi_stride_h
   std::int64_t alibi_stride_b = 0, alibi_stride_h = 0;

@@ -104,8 +104,8 @@ BackwardPlan plan_backward(const AttnBackwardParams& p) {
   const std::int64_t n_blocks = (p.len_k + cfg.block_n() - 1) / cfg.block_n();
   b.m_blocks = (p.len_q + cfg.block_m - 1) / cfg.block_m;
   b.workspace_rows = p.batch * p.heads_q * b.len_q_padded;
-  if (p.len_q > INT_MAX - 256 || p.len_k > INT_MAX - 256 ||
-      n_blocks * cfg.chunks() * p.heads_kv * p.batch > INT_MAX ||
+  if (p.len_q > INT_MAX - 256 || p.len_k > INT_MAX - 256 || p.total_q > INT_MAX - 256 ||
+      p.total_k > INT_MAX - 256 || n_blocks * cfg.chunks() * p.heads_kv * p.batch > INT_MAX ||
       b.workspace_rows / kWorkspaceRowAlign > INT_MAX)
     throw Error(
         "tileattn: argument 'q': the CUDA backend supports sequence lengths and "

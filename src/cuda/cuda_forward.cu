@@ -73,8 +73,8 @@ void cuda_flash_forward(const AttnParams& p, void* stream, bool f32_via_bf16) {
   const int bucket = cuda::head_dim_bucket(static_cast<int>(std::max(p.dim, p.dim_v)));
   const cuda::TileConfig cfg = cuda::tile_config(bucket);
   const std::int64_t m_blocks = (p.len_q + cfg.block_m - 1) / cfg.block_m;
-  if (p.len_q > INT_MAX - 256 || p.len_k > INT_MAX - 256 ||
-      m_blocks * p.heads_q * p.batch > INT_MAX)
+  if (p.len_q > INT_MAX - 256 || p.len_k > INT_MAX - 256 || p.total_q > INT_MAX - 256 ||
+      p.total_k > INT_MAX - 256 || m_blocks * p.heads_q * p.batch > INT_MAX)
     throw Error(
         "tileattn: argument 'q': the CUDA backend supports sequence lengths and "
         "batch x heads x query blocks below 2^31");

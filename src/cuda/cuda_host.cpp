@@ -90,6 +90,10 @@ cuda::FlashFwdParams make_fwd_params(const AttnParams& p, int block_m) {
   k.window_right = p.window_right;
   k.bottom_right = p.alignment == Alignment::bottom_right;
   k.key_lengths = p.key_lengths;
+  k.cu_seqlens_q = p.cu_seqlens_q;
+  k.cu_seqlens_k = p.cu_seqlens_k;
+  k.total_q = static_cast<int>(p.total_q);
+  k.total_k = static_cast<int>(p.total_k);
   k.key_lengths_i64 = p.key_lengths_dtype == DType::i64;
   k.mask = p.mask;
   k.mask_additive = p.mask_dtype == DType::f32;

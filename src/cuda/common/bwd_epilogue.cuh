@@ -11,23 +11,31 @@
 
 namespace tileattn::cuda {
 
-// The backward's epilogue for one thread's two key rows n0 + key_row and + 8 (rows at or past
+// Where a backward CTA's keys lie: batch entry b's rows from k0 in the tensors (a varlen
+// sequence's first packed row; 0 for a padded batch, placed by the batch stride), len_k of them.
+struct KeyRows {
+  int b, k0, len_k;
+};
+
+// The backward's epilogue for one thread's two key rows key_row and + 8 (rows at or past
 // len_k are skipped): dK = scale * acc_dk and dV = acc_dv, columns col0 + 8 dt + 2t (+1) below
 // dim / dim_v, from m16n8 C fragments (elements 0-1: row key_row, 2-3: row + 8).
 template <int kTiles>
 __device__ void store_dk_dv_rows(const FlashBwdParams& p, const float (&acc_dk)[kTiles][4],
-                                 const float (&acc_dv)[kTiles][4], int b, int hk, int key_row,
-                                 int col0, int t) {
+                                 const float (&acc_dv)[kTiles][4], const KeyRows& keys, int hk,
+                                 int key_row, int col0, int t) {
+  const int b = keys.b;
   const std::int64_t dk_esize = p.dk_type == ElemType::f32 ? 4 : 2;
   const std::int64_t dv_esize = p.dv_type == ElemType::f32 ? 4 : 2;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int j = key_row + 8 * hh;
-    if (j >= p.len_k) continue;
+    if (j >= keys.len_k) continue;
+    const std::int64_t row = keys.k0 + j;
     char* dk_row = static_cast<char*>(p.dk) +
-                   (b * p.dk_stride_b + hk * p.dk_stride_h + j * p.dk_stride_l) * dk_esize;
+                   (b * p.dk_stride_b + hk * p.dk_stride_h + row * p.dk_stride_l) * dk_esize;
     char* dv_row = static_cast<char*>(p.dv) +
-                   (b * p.dv_stride_b + hk * p.dv_stride_h + j * p.dv_stride_l) * dv_esize;
+                   (b * p.dv_stride_b + hk * p.dv_stride_h + row * p.dv_stride_l) * dv_esize;
 #pragma unroll
     for (int dt = 0; dt < kTiles; ++dt)
 #pragma unroll
@@ -75,19 +83,22 @@ __device__ __forceinline__ void stage_dk_dv(const FlashBwdParams& p,
 template <int kCols, int kRows, int kThreads, std::uint32_t kPitchBytes, std::uint32_t kDvOffset,
           bool kUnrollRows>
 __device__ __forceinline__ void store_staged_dk_dv_rows(const FlashBwdParams& p,
-                                                        std::uint32_t stage, int b, int hk, int n0,
-                                                        int col0, int first_row, int thread) {
+                                                        std::uint32_t stage, const KeyRows& keys,
+                                                        int hk, int n0, int col0, int first_row,
+                                                        int thread) {
   constexpr int kChunks = kCols / 8;  // 16-byte chunks per staged row
   static_assert(kChunks >= 8 && kChunks % 8 == 0, "c ^ (r % 8) stays inside the row");
   const int dk_chunks = (p.dim - col0) / 8, dv_chunks = (p.dim_v - col0) / 8;  // may be <= 0
-  char* const dk_base =
-      static_cast<char*>(p.dk) + (b * p.dk_stride_b + hk * p.dk_stride_h + col0) * 2;
-  char* const dv_base =
-      static_cast<char*>(p.dv) + (b * p.dv_stride_b + hk * p.dv_stride_h + col0) * 2;
+  const int b = keys.b;
+  const std::int64_t k0 = keys.k0;
+  char* const dk_base = static_cast<char*>(p.dk) +
+                        (b * p.dk_stride_b + hk * p.dk_stride_h + k0 * p.dk_stride_l + col0) * 2;
+  char* const dv_base = static_cast<char*>(p.dv) +
+                        (b * p.dv_stride_b + hk * p.dv_stride_h + k0 * p.dv_stride_l + col0) * 2;
   const auto store_chunk = [&](int w) {
     const int r = first_row + w / kChunks, c = w % kChunks;
-    const std::int64_t j = n0 + r;  // the key row
-    if (j >= p.len_k) return;
+    const std::int64_t j = n0 + r;  // the key row within the entry
+    if (j >= keys.len_k) return;
     const std::uint32_t at = stage + r * kPitchBytes + ((c ^ (r % 8)) * 16);
     if (c < dk_chunks)
       *reinterpret_cast<uint4*>(dk_base + (j * p.dk_stride_l + 8 * c) * 2) = load_shared_v4u(at);
@@ -111,12 +122,13 @@ template <int kCols, int kRows, int kThreads, std::uint32_t kPitchBytes, std::ui
 __device__ __forceinline__ void stage_and_store_dk_dv(const FlashBwdParams& p,
                                                       const float (&acc_dk)[kMTiles][kTiles][4],
                                                       const float (&acc_dv)[kMTiles][kTiles][4],
-                                                      std::uint32_t stage, int b, int hk, int n0,
-                                                      int col0, int key_row0, int chunk0, int t) {
+                                                      std::uint32_t stage, const KeyRows& keys,
+                                                      int hk, int n0, int col0, int key_row0,
+                                                      int chunk0, int t) {
   stage_dk_dv<kPitchBytes, kDvOffset>(p, acc_dk, acc_dv, stage, key_row0, chunk0, t);
   __syncthreads();
   store_staged_dk_dv_rows<kCols, kRows, kThreads, kPitchBytes, kDvOffset, false>(
-      p, stage, b, hk, n0, col0, 0, static_cast<int>(threadIdx.x));
+      p, stage, keys, hk, n0, col0, 0, static_cast<int>(threadIdx.x));
 }
 
 }  // namespace tileattn::cuda

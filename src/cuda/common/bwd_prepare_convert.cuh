@@ -2,7 +2,8 @@
 // share them):
 //   flash_bwd_prepare     per workspace row (b, h, i): delta = rowsum(dO o O) and lse * log2(e)
 //                         (+inf for a row with no visible key, so that its recomputed
-//                         probabilities are 0; rows i >= len_q: delta 0, +inf); and zeroes
+//                         probabilities are 0; rows past the batch entry's (varlen: the
+//                         sequence's) length: delta 0, +inf); and zeroes
 //                         the row's dq_accum_cols floats of dq_accum (by position: together
 //                         the rows cover the workspace whatever its layout).
 //   flash_bwd_convert_dq  dq = scale * workspace, in dq's dtype and layout.
@@ -21,6 +22,7 @@
 #include "cuda/common/dq_layout.cuh"
 #include "cuda/common/elements.cuh"
 #include "cuda/common/flash_bwd_params.hpp"
+#include "cuda/common/tile_coords.cuh"
 
 namespace tileattn::cuda {
 
@@ -50,15 +52,22 @@ __device__ __forceinline__ float to_float(T x) {
     return __bfloat162float(x);
 }
 
-// The workspace row's (b, h, i), and lse * log2(e) of a row i < len_q.
+// The workspace row's (b, h, i), whether row i exists (i below the entry's query count), its
+// row in the tensors (a varlen sequence's rows start at q0), and lse * log2(e) of such a row.
 struct PrepareRow {
   int b, h, i;
+  bool exists;
+  std::int64_t tensor_row;
   __device__ PrepareRow(const FlashBwdParams& p, std::int64_t row)
       : b(static_cast<int>(row / p.len_q_padded / p.heads_q)),
         h(static_cast<int>(row / p.len_q_padded % p.heads_q)),
-        i(static_cast<int>(row % p.len_q_padded)) {}
+        i(static_cast<int>(row % p.len_q_padded)) {
+    const SequenceRows seq = sequence_rows(p, b);
+    exists = i < seq.len_q;
+    tensor_row = seq.q0 + i;
+  }
   __device__ float lse_log2(const FlashBwdParams& p) const {
-    const float lse = p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l];
+    const float lse = p.lse[b * p.lse_stride_b + h * p.lse_stride_h + tensor_row * p.lse_stride_l];
     return lse == -INFINITY ? INFINITY : lse * kLog2e;
   }
 };
@@ -75,13 +84,15 @@ __global__ void __launch_bounds__(kPrepareRowsPerBlock * 32)
   if (row >= static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch) return;
   const PrepareRow at(p, row);
   float delta = 0.0f, lse_log2 = INFINITY;
-  if (at.i < p.len_q) {
+  if (at.exists) {
     const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
     const std::int64_t do_esize = p.dout_type == ElemType::f32 ? 4 : 2;
-    const char* o = static_cast<const char*>(p.out) +
-                    (at.b * p.o_stride_b + at.i * p.o_stride_l + at.h * p.o_stride_h) * out_esize;
-    const char* d = static_cast<const char*>(p.dout) +
-                    (at.b * p.do_stride_b + at.i * p.do_stride_l + at.h * p.do_stride_h) * do_esize;
+    const char* o =
+        static_cast<const char*>(p.out) +
+        (at.b * p.o_stride_b + at.tensor_row * p.o_stride_l + at.h * p.o_stride_h) * out_esize;
+    const char* d =
+        static_cast<const char*>(p.dout) +
+        (at.b * p.do_stride_b + at.tensor_row * p.do_stride_l + at.h * p.do_stride_h) * do_esize;
     for (int c = lane; c < p.dim_v; c += 32)
       delta += rounded<T>(load_elem(o, c, p.out_type)) * rounded<T>(load_elem(d, c, p.dout_type));
     lse_log2 = at.lse_log2(p);
@@ -110,11 +121,11 @@ __global__ void __launch_bounds__(kAuxThreads)
   float delta = 0.0f, lse_log2 = INFINITY;
   if (valid) {
     const PrepareRow at(p, row);
-    if (at.i < p.len_q) {
-      const T* o = static_cast<const T*>(p.out) + at.b * p.o_stride_b + at.i * p.o_stride_l +
-                   at.h * p.o_stride_h;
-      const T* d = static_cast<const T*>(p.dout) + at.b * p.do_stride_b + at.i * p.do_stride_l +
-                   at.h * p.do_stride_h;
+    if (at.exists) {
+      const T* o = static_cast<const T*>(p.out) + at.b * p.o_stride_b +
+                   at.tensor_row * p.o_stride_l + at.h * p.o_stride_h;
+      const T* d = static_cast<const T*>(p.dout) + at.b * p.do_stride_b +
+                   at.tensor_row * p.do_stride_l + at.h * p.do_stride_h;
       for (int c = lane * 8; c < p.dim_v; c += lanes * 8) {
         const uint4 ov = __ldg(reinterpret_cast<const uint4*>(o + c));
         const uint4 dv = __ldg(reinterpret_cast<const uint4*>(d + c));
@@ -153,7 +164,9 @@ __global__ void __launch_bounds__(kAuxThreads)
   const int region = static_cast<int>(blockIdx.x % regions_per_plane);
   const std::int64_t plane = blockIdx.x / regions_per_plane;  // b * heads_q + h
   const int row0 = region * kRows;
-  if (row0 >= p.len_q) return;
+  const int b = static_cast<int>(plane / p.heads_q), h = static_cast<int>(plane % p.heads_q);
+  const SequenceRows seq = sequence_rows(p, b);
+  if (row0 >= seq.len_q) return;
   const float4* src =
       reinterpret_cast<const float4*>(p.dq_accum + (plane * p.len_q_padded + row0) * kBucket);
   const int cols = p.dq_tile_cols;
@@ -173,10 +186,11 @@ __global__ void __launch_bounds__(kAuxThreads)
   }
   __syncthreads();
 
-  const int rows = min(kRows, p.len_q - row0);
-  const int b = static_cast<int>(plane / p.heads_q), h = static_cast<int>(plane % p.heads_q);
+  const int rows = min(kRows, seq.len_q - row0);
   const std::int64_t esize = p.dq_type == ElemType::f32 ? 4 : 2;
-  char* const dq = static_cast<char*>(p.dq) + (b * p.dq_stride_b + h * p.dq_stride_h) * esize;
+  char* const dq =
+      static_cast<char*>(p.dq) +
+      (b * p.dq_stride_b + h * p.dq_stride_h + std::int64_t{seq.q0} * p.dq_stride_l) * esize;
   if (p.dq_vector_stores) {  // 16-bit dq, D % 8 == 0, 16-byte aligned rows
     const int chunks = p.dim / 8;
     for (int w = static_cast<int>(threadIdx.x); w < rows * chunks; w += kAuxThreads) {

@@ -10,11 +10,13 @@
 namespace tileattn::cuda {
 
 // The query rows [lo, hi] that see key j (by causal/window/key length; the inverse of
-// TileCoords::visible), clamped to [0, len_q]; empty (lo > hi) for a key past the key length.
+// TileCoords::visible), clamped to [0, len_q) (len_q: the batch entry's or varlen sequence's
+// query count); empty (lo > hi) for a key past the key length.
 struct KeyRowVisibility {
   int lo, hi;
-  __device__ KeyRowVisibility(const FlashFwdParams& p, int j, int klen, std::int64_t diagonal) {
-    std::int64_t first = 0, last = p.len_q - 1;
+  __device__ KeyRowVisibility(const FlashFwdParams& p, int len_q, int j, int klen,
+                              std::int64_t diagonal) {
+    std::int64_t first = 0, last = len_q - 1;
     if (p.window_right >= 0 && j - p.window_right - diagonal > first)
       first = j - p.window_right - diagonal;
     if (p.window_left >= 0 && j + p.window_left - diagonal < last)
@@ -64,17 +66,17 @@ __device__ int first_key_block_seen(const FlashFwdParams& p, int m_block, std::i
 }
 
 // The query blocks [begin, end) of kBlockM rows that see any key of the kBlockN keys from n0 (a
-// superset: elements are masked one by one): rows i with n0 - window_right <= i + diagonal <=
-// last key + window_left; empty for a key block at or past the key length.
+// superset: elements are masked one by one): rows i < len_q with n0 - window_right <= i +
+// diagonal <= last key + window_left; empty for a key block at or past the key length.
 struct QueryBlockRange {
   int begin, end;
 };
 template <int kBlockM, int kBlockN>
-__device__ QueryBlockRange query_blocks_seeing(const FlashFwdParams& p, int n0, int klen,
+__device__ QueryBlockRange query_blocks_seeing(const FlashFwdParams& p, int len_q, int n0, int klen,
                                                std::int64_t diagonal) {
   QueryBlockRange range{0, 0};
   if (n0 < klen) {
-    std::int64_t first = 0, last = p.len_q - 1;
+    std::int64_t first = 0, last = len_q - 1;
     const int last_key = min(n0 + kBlockN, klen) - 1;
     if (p.window_right >= 0) first = max(first, n0 - p.window_right - diagonal);
     if (p.window_left >= 0) last = min(last, last_key + p.window_left - diagonal);

@@ -48,6 +48,16 @@ struct FlashFwdParams {
   const void* key_lengths;  // i32 / i64 [B] on the device, clamped into [0, Lk]; or nullptr
   bool key_lengths_i64;
 
+  // A packed varlen batch (tile_coords.cuh: sequence_rows): sequence b owns rows
+  // [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q, out, lse (and dout, dq) and
+  // [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k, v (and dk, dv), i32 [B + 1] on the device;
+  // len_q / len_k are then the maxima and every *_stride_b is 0; total_q / total_k: the tensors'
+  // row counts, which bound every sequence (the offsets are read on the device, unchecked).
+  // nullptr: a padded batch.
+  const std::int32_t* cu_seqlens_q;
+  const std::int32_t* cu_seqlens_k;
+  int total_q, total_k;
+
   // General path only: boolean (true = attend) or additive f32 mask, broadcast via 0 strides.
   const void* mask;
   bool mask_additive;

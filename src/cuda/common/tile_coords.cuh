@@ -1,6 +1,7 @@
 // Where a query block sits: its (batch, head) and rows from the grid index, the batch entry's
-// valid key length, and the visible key range of a row. Shared by the sm80 and sm90 kernels;
-// the same definition as visible_keys() in src/common/params.hpp.
+// rows (a varlen sequence's place in the packed tensors) and valid key length, and the visible
+// key range of a row. Shared by the sm80, sm90 and f32 kernels; the same definition as
+// visible_keys() in src/common/params.hpp.
 #pragma once
 
 #include <cmath>
@@ -9,8 +10,11 @@
 namespace tileattn::cuda {
 
 struct TileCoords {
-  int m_block, h, b, hk, m0, rows_in_block;
-  int klen;               // valid key length of batch entry b, clamped to [0, len_k]
+  int m_block, h, b, hk, m0;
+  int rows_in_block;      // rows of the block inside its sequence: <= 0 for a block past its end
+  int len_q;              // query rows of batch entry b (varlen: of sequence b)
+  int q0, k0;             // varlen: the sequence's first row in q / out / lse and in k / v; else 0
+  int klen;               // valid key length of batch entry b, clamped to [0, its key rows]
   std::int64_t diagonal;  // key position of query row i is i + diagonal
   std::int64_t window_left, window_right;
 
@@ -27,13 +31,39 @@ struct TileCoords {
   }
 };
 
-// Valid key length of batch entry b: key_lengths[b] clamped to [0, len_k], or len_k.
+// Batch entry b's rows: for a padded batch rows from 0 (the batch stride places the entry) and
+// the call's lengths; for a varlen batch the sequence's first rows in the packed tensors and its
+// lengths, from cu_seqlens clamped so that no offset leaves the tensors (offsets on the device
+// are not checked by the host; wrong ones give wrong rows, never an access outside them).
+struct SequenceRows {
+  int q0, k0, len_q, len_k;
+};
+
+__device__ __forceinline__ void packed_rows(const std::int32_t* cu, int b, int total, int max_len,
+                                            int& first, int& len) {
+  const int lo = min(max(cu[b], 0), total), hi = min(max(cu[b + 1], 0), total);
+  first = lo;
+  len = min(max(hi - lo, 0), max_len);
+}
+
 template <typename Params>
-__device__ int key_length(const Params& p, int b) {
-  if (p.key_lengths == nullptr) return p.len_k;
+__device__ __forceinline__ SequenceRows sequence_rows(const Params& p, int b) {
+  SequenceRows s{0, 0, p.len_q, p.len_k};
+  if (p.cu_seqlens_q != nullptr) {
+    packed_rows(p.cu_seqlens_q, b, p.total_q, p.len_q, s.q0, s.len_q);
+    packed_rows(p.cu_seqlens_k, b, p.total_k, p.len_k, s.k0, s.len_k);
+  }
+  return s;
+}
+
+// Valid key length of batch entry b with len_k key rows: key_lengths[b] clamped to [0, len_k],
+// or len_k.
+template <typename Params>
+__device__ int key_length(const Params& p, int b, int len_k) {
+  if (p.key_lengths == nullptr) return len_k;
   const std::int64_t len = p.key_lengths_i64 ? static_cast<const std::int64_t*>(p.key_lengths)[b]
                                              : static_cast<const std::int32_t*>(p.key_lengths)[b];
-  return static_cast<int>(len < 0 ? 0 : (len > p.len_k ? p.len_k : len));
+  return static_cast<int>(len < 0 ? 0 : (len > len_k ? len_k : len));
 }
 
 // Coordinates of query block m_block of (batch, head) pair bh = b * heads_q + h.
@@ -45,9 +75,13 @@ __device__ TileCoords tile_coords_at(const Params& p, int m_block, int bh) {
   t.b = bh / p.heads_q;
   t.hk = t.h / p.heads_per_kv;
   t.m0 = t.m_block * kBlockM;
-  t.rows_in_block = min(kBlockM, p.len_q - t.m0);
-  t.klen = key_length(p, t.b);
-  t.diagonal = p.bottom_right ? t.klen - p.len_q : 0;
+  const SequenceRows rows = sequence_rows(p, t.b);
+  t.len_q = rows.len_q;
+  t.q0 = rows.q0;
+  t.k0 = rows.k0;
+  t.rows_in_block = min(kBlockM, rows.len_q - t.m0);
+  t.klen = key_length(p, t.b, rows.len_k);
+  t.diagonal = p.bottom_right ? t.klen - rows.len_q : 0;
   t.window_left = p.window_left;
   t.window_right = p.window_right;
   return t;

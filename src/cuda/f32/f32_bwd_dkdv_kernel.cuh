@@ -47,20 +47,26 @@ __global__ void __launch_bounds__(kThreads)
   const int n_block = static_cast<int>(blockIdx.x % p.num_n_blocks);
   const int pair = static_cast<int>(blockIdx.x / p.num_n_blocks);
   const int hk = pair % p.heads_kv, b = pair / p.heads_kv;
-  const int n0 = n_block * kBN, klen = key_length(p, b), keys = min(kBN, klen - n0);
+  // A varlen sequence's rows (q0, k0 into the packed tensors) and lengths; a key block past a
+  // shorter sequence's end holds no keys of it.
+  const SequenceRows seq = sequence_rows(p, b);
+  const int n0 = n_block * kBN;
+  if (n0 >= seq.len_k) return;
+  const int klen = key_length(p, b, seq.len_k), keys = min(kBN, klen - n0);
+  const std::int64_t k_row = seq.k0 + n0;
 
   if (tid < kBN) k_bad[tid] = 0;
   __syncthreads();
   load_tile_kmajor<kBN, kD, true>(
       k_t,
       TileSource{static_cast<const char*>(p.k) +
-                     (b * p.k_stride_b + hk * p.k_stride_h + n0 * p.k_stride_l) * 4,
+                     (b * p.k_stride_b + hk * p.k_stride_h + k_row * p.k_stride_l) * 4,
                  p.k_stride_l, keys, p.dim, ElemType::f32},
       k_bad);
   load_tile_kmajor<kBN, kD, true>(
       v_t,
       TileSource{static_cast<const char*>(p.v) +
-                     (b * p.v_stride_b + hk * p.v_stride_h + n0 * p.v_stride_l) * 4,
+                     (b * p.v_stride_b + hk * p.v_stride_h + k_row * p.v_stride_l) * 4,
                  p.v_stride_l, keys, p.dim_v, ElemType::f32},
       k_bad);
 
@@ -71,14 +77,15 @@ __global__ void __launch_bounds__(kThreads)
     for (int o = 0; o < TO; ++o) acc_dk[a][o] = acc_dv[a][o] = comp_dk[a][o] = comp_dv[a][o] = 0.0f;
   const int dim4 = (p.dim + 3) & ~3, dim_v4 = (p.dim_v + 3) & ~3;
   const std::int64_t do_esize = p.dout_type == ElemType::f32 ? 4 : 2;
-  const int m_blocks = (p.len_q + kBM - 1) / kBM;
+  const int m_blocks = (seq.len_q + kBM - 1) / kBM;
 
   for (int hh = 0; hh < p.heads_per_kv; ++hh) {
     const int h = hk * p.heads_per_kv + hh;
     const TileCoords t = tile_coords_at<kBM>(p, 0, b * p.heads_q + h);
     const std::int64_t row0 = (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q;
     for (int m_block = 0; m_block < m_blocks; ++m_block) {
-      const int m0 = m_block * kBM, rows_in = min(kBM, p.len_q - m0);
+      const int m0 = m_block * kBM, rows_in = min(kBM, seq.len_q - m0);
+      const std::int64_t q_row = seq.q0 + m0;
       // The block's rows see keys inside [first(top), last(bottom)) at most.
       int first_top, last_top, first_bottom, last_bottom;
       t.visible(m0, first_top, last_top);
@@ -87,11 +94,11 @@ __global__ void __launch_bounds__(kThreads)
 
       __syncthreads();  // the previous step's products have read every tile
       const TileSource q_src{static_cast<const char*>(p.q) +
-                                 (b * p.q_stride_b + h * p.q_stride_h + m0 * p.q_stride_l) * 4,
+                                 (b * p.q_stride_b + h * p.q_stride_h + q_row * p.q_stride_l) * 4,
                              p.q_stride_l, rows_in, p.dim, ElemType::f32};
       const TileSource do_src{
           static_cast<const char*>(p.dout) +
-              (b * p.do_stride_b + h * p.do_stride_h + m0 * p.do_stride_l) * do_esize,
+              (b * p.do_stride_b + h * p.do_stride_h + q_row * p.do_stride_l) * do_esize,
           p.do_stride_l, rows_in, p.dim_v, p.dout_type};
       load_tile_kmajor<kBM, kD, false>(q_t, q_src, nullptr);
       load_tile_rows<kBM, kD>(q_s, q_src, nullptr);
@@ -154,11 +161,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int a = 0; a < TK; ++a) {
     const int key = n0 + ty * TK + a;
-    if (key >= p.len_k) continue;
+    if (key >= seq.len_k) continue;
+    const std::int64_t row = seq.k0 + key;
     char* const dk_row = static_cast<char*>(p.dk) +
-                         (b * p.dk_stride_b + hk * p.dk_stride_h + key * p.dk_stride_l) * dk_esize;
+                         (b * p.dk_stride_b + hk * p.dk_stride_h + row * p.dk_stride_l) * dk_esize;
     char* const dv_row = static_cast<char*>(p.dv) +
-                         (b * p.dv_stride_b + hk * p.dv_stride_h + key * p.dv_stride_l) * dv_esize;
+                         (b * p.dv_stride_b + hk * p.dv_stride_h + row * p.dv_stride_l) * dv_esize;
 #pragma unroll
     for (int o = 0; o < TO; ++o) {
       const int col = gemm_col<TO>(tx, o);

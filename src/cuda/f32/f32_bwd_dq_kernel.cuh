@@ -40,7 +40,9 @@ __global__ void __launch_bounds__(kThreads)
 
   const int tid = static_cast<int>(threadIdx.x), ty = tid / 16, tx = tid % 16;
   const TileCoords tile = tile_coords<kBM>(p);
+  if (tile.rows_in_block <= 0) return;  // a varlen sequence shorter than the longest
   const int b = tile.b, h = tile.h, m0 = tile.m0, klen = tile.klen;
+  const std::int64_t q_row = tile.q0 + m0, k_row = tile.k0;  // rows in the tensors
   int first_top, last_top, first_bottom, last_bottom;
   tile.visible(m0, first_top, last_top);
   tile.visible(m0 + tile.rows_in_block - 1, first_bottom, last_bottom);
@@ -52,19 +54,19 @@ __global__ void __launch_bounds__(kThreads)
   load_tile_kmajor<kBM, kD, true>(
       q_t,
       TileSource{static_cast<const char*>(p.q) +
-                     (b * p.q_stride_b + h * p.q_stride_h + m0 * p.q_stride_l) * 4,
+                     (b * p.q_stride_b + h * p.q_stride_h + q_row * p.q_stride_l) * 4,
                  p.q_stride_l, tile.rows_in_block, p.dim, ElemType::f32},
       nullptr);
   load_tile_kmajor<kBM, kD, true>(
       do_t,
       TileSource{static_cast<const char*>(p.dout) +
-                     (b * p.do_stride_b + h * p.do_stride_h + m0 * p.do_stride_l) * do_esize,
+                     (b * p.do_stride_b + h * p.do_stride_h + q_row * p.do_stride_l) * do_esize,
                  p.do_stride_l, tile.rows_in_block, p.dim_v, p.dout_type},
       nullptr);
-  const char* k_head =
-      static_cast<const char*>(p.k) + (b * p.k_stride_b + tile.hk * p.k_stride_h) * 4;
-  const char* v_head =
-      static_cast<const char*>(p.v) + (b * p.v_stride_b + tile.hk * p.v_stride_h) * 4;
+  const char* k_head = static_cast<const char*>(p.k) +
+                       (b * p.k_stride_b + tile.hk * p.k_stride_h + k_row * p.k_stride_l) * 4;
+  const char* v_head = static_cast<const char*>(p.v) +
+                       (b * p.v_stride_b + tile.hk * p.v_stride_h + k_row * p.v_stride_l) * 4;
 
   const std::int64_t row0 = (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q;
   ScoreRow rows[TM];
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int a = 0; a < TM; ++a) {
     rows[a] = score_row(p, tile, m0 + ty * TM + a);
-    const bool in_range = rows[a].i < p.len_q;
+    const bool in_range = rows[a].i < tile.len_q;
     lse[a] = in_range ? p.lse_rows[row0 + rows[a].i] : -INFINITY;
     delta[a] = in_range ? p.delta_rows[row0 + rows[a].i] : 0.0f;
     absent[a] = !in_range || p.row_flags[row0 + rows[a].i] != 0 || lse[a] == -INFINITY;
@@ -140,10 +142,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int a = 0; a < TM; ++a) {
     const int i = rows[a].i;
-    if (i >= p.len_q) continue;
+    if (i >= tile.len_q) continue;
     if (late[a]) atomicOr(p.row_flags + row0 + i, kRowLate);
-    char* const dq_row = static_cast<char*>(p.dq) +
-                         (b * p.dq_stride_b + h * p.dq_stride_h + i * p.dq_stride_l) * dq_esize;
+    char* const dq_row =
+        static_cast<char*>(p.dq) +
+        (b * p.dq_stride_b + h * p.dq_stride_h + (tile.q0 + i) * p.dq_stride_l) * dq_esize;
 #pragma unroll
     for (int o = 0; o < TQ; ++o) {
       const int col = gemm_col<TQ>(tx, o);

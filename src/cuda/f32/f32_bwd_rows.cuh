@@ -22,8 +22,10 @@ namespace tileattn::cuda::f32 {
 
 inline constexpr int kRowWarps = 8;  // rows per CTA of the per-row kernels
 
+// A workspace row (b, h, i) and row i's place in the tensors (tensor_row: a varlen sequence's
+// rows start at its q0); false for a row past the batch entry's (or sequence's) query count.
 struct RowIndex {
-  std::int64_t row;
+  std::int64_t row, tensor_row;
   int b, h, i;
 };
 
@@ -34,7 +36,9 @@ __device__ __forceinline__ bool row_index(const FlashFwdParams& p, RowIndex& r) 
   const auto bh = static_cast<int>(r.row / p.len_q);
   r.h = bh % p.heads_q;
   r.b = bh / p.heads_q;
-  return true;
+  const SequenceRows seq = sequence_rows(p, r.b);
+  r.tensor_row = seq.q0 + r.i;
+  return r.i < seq.len_q;
 }
 
 __global__ void __launch_bounds__(kRowWarps * 32)
@@ -44,12 +48,14 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const int lane = static_cast<int>(threadIdx.x % 32);
   const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
   const std::int64_t do_esize = p.dout_type == ElemType::f32 ? 4 : 2;
-  const char* out = static_cast<const char*>(p.out) +
-                    (r.b * p.o_stride_b + r.h * p.o_stride_h + r.i * p.o_stride_l) * out_esize;
-  const char* dout = static_cast<const char*>(p.dout) +
-                     (r.b * p.do_stride_b + r.h * p.do_stride_h + r.i * p.do_stride_l) * do_esize;
+  const char* out =
+      static_cast<const char*>(p.out) +
+      (r.b * p.o_stride_b + r.h * p.o_stride_h + r.tensor_row * p.o_stride_l) * out_esize;
+  const char* dout =
+      static_cast<const char*>(p.dout) +
+      (r.b * p.do_stride_b + r.h * p.do_stride_h + r.tensor_row * p.do_stride_l) * do_esize;
   const char* q = static_cast<const char*>(p.q) +
-                  (r.b * p.q_stride_b + r.h * p.q_stride_h + r.i * p.q_stride_l) * 4;
+                  (r.b * p.q_stride_b + r.h * p.q_stride_h + r.tensor_row * p.q_stride_l) * 4;
   bool bad = false;
   float delta = 0.0f;
   for (int c = lane; c < p.dim_v; c += 32) {
@@ -62,7 +68,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   for (int offset = 16; offset > 0; offset /= 2)
     delta += __shfl_xor_sync(0xffffffffu, delta, offset);
   bad = __any_sync(0xffffffffu, bad);
-  const float lse = p.lse[r.b * p.lse_stride_b + r.h * p.lse_stride_h + r.i * p.lse_stride_l];
+  const float lse =
+      p.lse[r.b * p.lse_stride_b + r.h * p.lse_stride_h + r.tensor_row * p.lse_stride_l];
   bad = bad || isnan(lse) || lse == INFINITY;
   if (lane == 0) {
     p.lse_rows[r.row] = lse;
@@ -85,16 +92,17 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   for (int j = row.first + lane; j < row.last; j += 32) {
     if (!key_visible(p, row, j)) continue;
     any = true;
+    const std::int64_t key_row = t.k0 + j;
     char* dk = static_cast<char*>(p.dk) +
-               (r.b * p.dk_stride_b + t.hk * p.dk_stride_h + j * p.dk_stride_l) * dk_esize;
+               (r.b * p.dk_stride_b + t.hk * p.dk_stride_h + key_row * p.dk_stride_l) * dk_esize;
     char* dv = static_cast<char*>(p.dv) +
-               (r.b * p.dv_stride_b + t.hk * p.dv_stride_h + j * p.dv_stride_l) * dv_esize;
+               (r.b * p.dv_stride_b + t.hk * p.dv_stride_h + key_row * p.dv_stride_l) * dv_esize;
     for (int c = 0; c < p.dim; ++c) store_elem(dk, c, p.dk_type, NAN);
     for (int c = 0; c < p.dim_v; ++c) store_elem(dv, c, p.dv_type, NAN);
   }
   if (!__any_sync(0xffffffffu, any)) return;
   char* dq = static_cast<char*>(p.dq) +
-             (r.b * p.dq_stride_b + r.h * p.dq_stride_h + r.i * p.dq_stride_l) * dq_esize;
+             (r.b * p.dq_stride_b + r.h * p.dq_stride_h + r.tensor_row * p.dq_stride_l) * dq_esize;
   for (int c = lane; c < p.dim; c += 32) store_elem(dq, c, p.dq_type, NAN);
 }
 

@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(kThreads)
 
   const int tid = static_cast<int>(threadIdx.x), ty = tid / 16, tx = tid % 16;
   const TileCoords tile = tile_coords<kBM>(p);
+  if (tile.rows_in_block <= 0) return;  // a varlen sequence shorter than the longest
   const int b = tile.b, h = tile.h, m0 = tile.m0, klen = tile.klen;
   int first_top, last_top, first_bottom, last_bottom;
   tile.visible(m0, first_top, last_top);
@@ -75,11 +76,14 @@ __global__ void __launch_bounds__(kThreads)
   const auto* v = static_cast<const char*>(p.v);
   load_tile_kmajor<kBM, kD, true>(
       q_t,
-      TileSource{q + (b * p.q_stride_b + h * p.q_stride_h + m0 * p.q_stride_l) * 4, p.q_stride_l,
-                 tile.rows_in_block, p.dim, ElemType::f32},
+      TileSource{q + (b * p.q_stride_b + h * p.q_stride_h +
+                      static_cast<std::int64_t>(tile.q0 + m0) * p.q_stride_l) *
+                         4,
+                 p.q_stride_l, tile.rows_in_block, p.dim, ElemType::f32},
       q_bad);
-  const char* k_head = k + (b * p.k_stride_b + tile.hk * p.k_stride_h) * 4;
-  const char* v_head = v + (b * p.v_stride_b + tile.hk * p.v_stride_h) * 4;
+  const std::int64_t k_row0 = tile.k0;
+  const char* k_head = k + (b * p.k_stride_b + tile.hk * p.k_stride_h + k_row0 * p.k_stride_l) * 4;
+  const char* v_head = v + (b * p.v_stride_b + tile.hk * p.v_stride_h + k_row0 * p.v_stride_l) * 4;
 
   ScoreRow rows[TM];
   float row_max[TM], row_sum[TM], acc[TM][TO];
@@ -177,10 +181,11 @@ __global__ void __launch_bounds__(kThreads)
     const float l = row_reduce<true>(row_sum[a]);
     const int flags = row_or((poison[a] ? 1 : 0) | (seen[a] ? 2 : 0));
     const int i = rows[a].i;
-    if (i >= p.len_q) continue;
+    if (i >= tile.len_q) continue;
+    const std::int64_t row = tile.q0 + i;  // in the tensors (varlen: packed rows)
     const bool poisoned = (flags & 1) != 0 || ((flags & 2) != 0 && q_bad[ty * TM + a] != 0);
     char* const out_row =
-        out + (b * p.o_stride_b + h * p.o_stride_h + i * p.o_stride_l) * out_esize;
+        out + (b * p.o_stride_b + h * p.o_stride_h + row * p.o_stride_l) * out_esize;
 #pragma unroll
     for (int o = 0; o < TO; ++o) {
       const int col = gemm_col<TO>(tx, o);
@@ -188,7 +193,7 @@ __global__ void __launch_bounds__(kThreads)
         store_elem(out_row, col, p.out_type, poisoned ? NAN : (l > 0.0f ? acc[a][o] / l : 0.0f));
     }
     if (p.lse != nullptr && tx == 0)
-      p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] =
+      p.lse[b * p.lse_stride_b + h * p.lse_stride_h + row * p.lse_stride_l] =
           poisoned ? NAN : (l > 0.0f ? row_max[a] + logf(l) : -INFINITY);
   }
 }

@@ -25,18 +25,18 @@ struct ScoreRow {
   int distance0;          // i + klen - len_q: ALiBi distance = |distance0 - j|
 };
 
-// The row's constants; a row past len_q sees nothing.
+// The row's constants; a row past its sequence's length sees nothing.
 __device__ __forceinline__ ScoreRow score_row(const FlashFwdParams& p, const TileCoords& t, int i) {
   ScoreRow r;
   r.i = i;
-  if (i < p.len_q) {
+  if (i < t.len_q) {
     t.visible(i, r.first, r.last);
   } else {
     r.first = r.last = 0;
   }
   r.mask_row = p.mask != nullptr ? mask_row_offset(p, t.b, t.h, i) : 0;
   r.slope = alibi_slope(p, t.b, t.h);
-  r.distance0 = i + t.klen - p.len_q;
+  r.distance0 = i + t.klen - t.len_q;
   return r;
 }
 

@@ -73,10 +73,15 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   const int n_block = cta.n_block, chunk = cta.pair % kChunks;
   const int hk = cta.pair / kChunks % p.heads_kv, b = cta.pair / kChunks / p.heads_kv;
   const int n0 = n_block * kBlockN;
-  const int klen = key_length(p, b);
-  const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
+  // A varlen sequence's rows (q0, k0 into the packed tensors) and lengths; a key block past a
+  // shorter sequence's end holds no keys of it.
+  const SequenceRows seq = sequence_rows(p, b);
+  if (n0 >= seq.len_k) return;
+  const int klen = key_length(p, b, seq.len_k);
+  const std::int64_t diagonal = p.bottom_right ? klen - seq.len_q : 0;
 
-  const QueryBlockRange seen = query_blocks_seeing<kBlockM, kBlockN>(p, n0, klen, diagonal);
+  const QueryBlockRange seen =
+      query_blocks_seeing<kBlockM, kBlockN>(p, seq.len_q, n0, klen, diagonal);
   const int m_begin = seen.begin, m_end = seen.end;
   const int m_blocks = m_end - m_begin;
   const int n_iters = m_blocks * p.heads_per_kv;
@@ -105,14 +110,15 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   constexpr int kStatsCopies = 2 * kBlockM / 4;
   static_assert(kStatsCopies <= kThreads, "one lse / delta copy per thread at most");
   const auto load_step = [&](Step s, int stage) {
-    const int rows = min(kBlockM, p.len_q - s.m0);
+    const int rows = min(kBlockM, seq.len_q - s.m0);
     T* q_s = qdo_tiles + stage * 2 * kBlockM * kPitch;
     T* do_s = q_s + kBlockM * kPitch;
+    const std::int64_t q_row = seq.q0 + s.m0;
     const char* q_src = static_cast<const char*>(p.q) +
-                        (b * p.q_stride_b + s.h * p.q_stride_h + s.m0 * p.q_stride_l) * esize;
+                        (b * p.q_stride_b + s.h * p.q_stride_h + q_row * p.q_stride_l) * esize;
     const char* do_src =
         static_cast<const char*>(p.dout) +
-        (b * p.do_stride_b + s.h * p.do_stride_h + s.m0 * p.do_stride_l) * do_esize;
+        (b * p.do_stride_b + s.h * p.do_stride_h + q_row * p.do_stride_l) * do_esize;
     const QdoCopy qdo_copy(threadIdx.x);
     if (p.vector_loads)
       qdo_copy.copy(smem_address(q_s), reinterpret_cast<const T*>(q_src), p.q_stride_l, rows,
@@ -137,11 +143,12 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
 
   // Prologue: this CTA's K and V (kept for the whole loop) and the first query step.
   {
-    const int rows = max(0, min(kBlockN, p.len_k - n0));
+    const int rows = max(0, min(kBlockN, seq.len_k - n0));
+    const std::int64_t k_row = seq.k0 + n0;
     const char* k_src = static_cast<const char*>(p.k) +
-                        (b * p.k_stride_b + hk * p.k_stride_h + n0 * p.k_stride_l) * esize;
+                        (b * p.k_stride_b + hk * p.k_stride_h + k_row * p.k_stride_l) * esize;
     const char* v_src = static_cast<const char*>(p.v) +
-                        (b * p.v_stride_b + hk * p.v_stride_h + n0 * p.v_stride_l) * esize;
+                        (b * p.v_stride_b + hk * p.v_stride_h + k_row * p.v_stride_l) * esize;
     load_tile<T, kBlockN, kDim, kPitch, kThreads>(k_tile, k_src, p.k_stride_l, rows, p.dim,
                                                   p.vector_loads, p.in_type);
     load_tile<T, kBlockN, kDim, kPitch, kThreads>(v_tile, v_src, p.v_stride_l, rows, p.dim_v,
@@ -152,8 +159,9 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
 
   // This thread's key rows j = n0 + warp * 16 + g + 8 hh and which query rows see them.
   const int key_row0 = warp * 16 + g;
-  const KeyRowVisibility seen_by[2] = {KeyRowVisibility(p, n0 + key_row0, klen, diagonal),
-                                       KeyRowVisibility(p, n0 + key_row0 + 8, klen, diagonal)};
+  const KeyRowVisibility seen_by[2] = {
+      KeyRowVisibility(p, seq.len_q, n0 + key_row0, klen, diagonal),
+      KeyRowVisibility(p, seq.len_q, n0 + key_row0 + 8, klen, diagonal)};
   const LaneColumnMask<kQTiles> seen_mask[2] = {LaneColumnMask<kQTiles>(seen_by[0]),
                                                 LaneColumnMask<kQTiles>(seen_by[1])};
   // ldmatrix lanes: A of a warp's 16 key rows (K, V); B from (query, d) tiles, plain (Q, dO as
@@ -240,7 +248,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
             r.mask_row = mask_row_offset(p, b, h, i);
             r.first = 0;
             r.last = INT_MAX;
-            r.distance0 = i + klen - p.len_q;
+            r.distance0 = i + klen - seq.len_q;
             x = general_score_log2(p, r, j, s[nt][e], softcap_grad[nt][e]);
             if (p.dropout_threshold != 0 && x != -INFINITY && !dropout_keeps(p, b, h, i, j))
               kept &= ~(1ull << (nt * 4 + e));
@@ -445,7 +453,8 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
   cp_async_wait<0>();
 
   // Epilogue (zeros for keys that no query sees).
-  store_dk_dv_rows(p, acc_dk, acc_dv, b, hk, n0 + key_row0, chunk * kAcc, t);
+  store_dk_dv_rows(p, acc_dk, acc_dv, KeyRows{b, seq.k0, seq.len_k}, hk, n0 + key_row0,
+                   chunk * kAcc, t);
 }
 
 // Enqueues the three kernels of one backward call on `stream` (the workspace in p is allocated;

@@ -92,9 +92,14 @@ __global__ void __launch_bounds__(256, 1)
                                 p.cta_section_pairs);
   const int n_block = cta.n_block, hk = cta.pair % p.heads_kv, b = cta.pair / p.heads_kv;
   const int n0 = n_block * kBlockN;
-  const int klen = key_length(p, b);
-  const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
-  const QueryBlockRange seen = query_blocks_seeing<kBlockM, kBlockN>(p, n0, klen, diagonal);
+  // A varlen sequence's rows (q0, k0 into the packed tensors) and lengths; a key block past a
+  // shorter sequence's end holds no keys of it.
+  const SequenceRows seq = sequence_rows(p, b);
+  if (n0 >= seq.len_k) return;
+  const int klen = key_length(p, b, seq.len_k);
+  const std::int64_t diagonal = p.bottom_right ? klen - seq.len_q : 0;
+  const QueryBlockRange seen =
+      query_blocks_seeing<kBlockM, kBlockN>(p, seq.len_q, n0, klen, diagonal);
   const int n_iters = (seen.end - seen.begin) * p.heads_per_kv;
 
   const std::int64_t esize = p.in_type == ElemType::f32 ? 4 : 2;
@@ -115,14 +120,15 @@ __global__ void __launch_bounds__(256, 1)
   using QdoCopy = TileCopyLanes<T, kBlockM, kDim, kPitch, kThreads>;
   constexpr int kStatsCopies = 2 * kBlockM / 4;
   const auto load_step = [&](Step s, int stage) {
-    const int rows = min(kBlockM, p.len_q - s.m0);
+    const int rows = min(kBlockM, seq.len_q - s.m0);
     T* q_s = qdo_tiles + stage * 2 * kBlockM * kPitch;
     T* do_s = q_s + kBlockM * kPitch;
+    const std::int64_t q_row = seq.q0 + s.m0;
     const char* q_src = static_cast<const char*>(p.q) +
-                        (b * p.q_stride_b + s.h * p.q_stride_h + s.m0 * p.q_stride_l) * esize;
+                        (b * p.q_stride_b + s.h * p.q_stride_h + q_row * p.q_stride_l) * esize;
     const char* do_src =
         static_cast<const char*>(p.dout) +
-        (b * p.do_stride_b + s.h * p.do_stride_h + s.m0 * p.do_stride_l) * do_esize;
+        (b * p.do_stride_b + s.h * p.do_stride_h + q_row * p.do_stride_l) * do_esize;
     const QdoCopy qdo_copy(threadIdx.x);
     if (p.vector_loads)
       qdo_copy.copy(smem_address(q_s), reinterpret_cast<const T*>(q_src), p.q_stride_l, rows,
@@ -153,11 +159,11 @@ __global__ void __launch_bounds__(256, 1)
   const QdoCopy lanes(threadIdx.x);
   const int span = m0_end - m0_begin;  // query rows a head's visit covers
   const T* q_next = static_cast<const T*>(p.q) + b * p.q_stride_b + first_step.h * p.q_stride_h +
-                    static_cast<std::int64_t>(first_step.m0 + lanes.row0) * p.q_stride_l +
+                    static_cast<std::int64_t>(seq.q0 + first_step.m0 + lanes.row0) * p.q_stride_l +
                     lanes.col0;
   const T* do_next =
       static_cast<const T*>(p.dout) + b * p.do_stride_b + first_step.h * p.do_stride_h +
-      static_cast<std::int64_t>(first_step.m0 + lanes.row0) * p.do_stride_l + lanes.col0;
+      static_cast<std::int64_t>(seq.q0 + first_step.m0 + lanes.row0) * p.do_stride_l + lanes.col0;
   const std::int64_t q_row_step = kBlockM * p.q_stride_l, do_row_step = kBlockM * p.do_stride_l;
   const std::int64_t q_head_step = p.q_stride_h - (span - kBlockM) * p.q_stride_l;
   const std::int64_t do_head_step = p.do_stride_h - (span - kBlockM) * p.do_stride_l;
@@ -177,7 +183,7 @@ __global__ void __launch_bounds__(256, 1)
   Step next = first_step;  // the step the next copy loads
   const auto load_next = [&](int stage) {
     if (lean_copy) {
-      const int rows = min(kBlockM, p.len_q - next.m0);
+      const int rows = min(kBlockM, seq.len_q - next.m0);
       const std::uint32_t q_s = qdo_base + stage * 2 * kBlockM * kRowBytes;
       const std::uint32_t do_s = q_s + kBlockM * kRowBytes;
 #pragma unroll
@@ -201,11 +207,12 @@ __global__ void __launch_bounds__(256, 1)
   };
 
   {  // prologue: K and V (kept for the whole loop) and the first step
-    const int rows = max(0, min(kBlockN, p.len_k - n0));
+    const int rows = max(0, min(kBlockN, seq.len_k - n0));
+    const std::int64_t k_row = seq.k0 + n0;
     const char* k_src = static_cast<const char*>(p.k) +
-                        (b * p.k_stride_b + hk * p.k_stride_h + n0 * p.k_stride_l) * esize;
+                        (b * p.k_stride_b + hk * p.k_stride_h + k_row * p.k_stride_l) * esize;
     const char* v_src = static_cast<const char*>(p.v) +
-                        (b * p.v_stride_b + hk * p.v_stride_h + n0 * p.v_stride_l) * esize;
+                        (b * p.v_stride_b + hk * p.v_stride_h + k_row * p.v_stride_l) * esize;
     load_tile<T, kBlockN, kDim, kPitch, kThreads>(k_tile, k_src, p.k_stride_l, rows, p.dim,
                                                   p.vector_loads, p.in_type);
     load_tile<T, kBlockN, kDim, kPitch, kThreads>(v_tile, v_src, p.v_stride_l, rows, p.dim_v,
@@ -216,16 +223,19 @@ __global__ void __launch_bounds__(256, 1)
 
   // This thread's key rows of S^T / dP^T: 32 wk + 16 mt + g + 8 hh.
   LaneColumnMask<kSTiles> seen_mask[2][2] = {
-      {LaneColumnMask<kSTiles>(KeyRowVisibility(p, n0 + 32 * wk + g, klen, diagonal)),
-       LaneColumnMask<kSTiles>(KeyRowVisibility(p, n0 + 32 * wk + g + 8, klen, diagonal))},
-      {LaneColumnMask<kSTiles>(KeyRowVisibility(p, n0 + 32 * wk + 16 + g, klen, diagonal)),
-       LaneColumnMask<kSTiles>(KeyRowVisibility(p, n0 + 32 * wk + 24 + g, klen, diagonal))}};
+      {LaneColumnMask<kSTiles>(KeyRowVisibility(p, seq.len_q, n0 + 32 * wk + g, klen, diagonal)),
+       LaneColumnMask<kSTiles>(
+           KeyRowVisibility(p, seq.len_q, n0 + 32 * wk + g + 8, klen, diagonal))},
+      {LaneColumnMask<kSTiles>(
+           KeyRowVisibility(p, seq.len_q, n0 + 32 * wk + 16 + g, klen, diagonal)),
+       LaneColumnMask<kSTiles>(
+           KeyRowVisibility(p, seq.len_q, n0 + 32 * wk + 24 + g, klen, diagonal))}};
 
   // The steps whose queries m0 .. m0 + kBlockM - 1 every key of the block sees: those from
   // whole_from to whole_to (the last key's first query, the first key's last; visibility
   // ranges grow with the key), none if the block passes the key length.
-  const int whole_from = KeyRowVisibility(p, n0 + kBlockN - 1, klen, diagonal).lo;
-  const int whole_to = KeyRowVisibility(p, n0, klen, diagonal).hi;
+  const int whole_from = KeyRowVisibility(p, seq.len_q, n0 + kBlockN - 1, klen, diagonal).lo;
+  const int whole_to = KeyRowVisibility(p, seq.len_q, n0, klen, diagonal).hi;
 
   // ldmatrix lanes: A from [row][k] tiles (K, V; P^T, dS^T), B from [n][k] (Q, dO for S^T,
   // dP^T), B transposed from [k][n] (dO, Q for dV, dK; K for dQ), A transposed from [k][m]
@@ -487,17 +497,20 @@ __global__ void __launch_bounds__(256, 1)
     __syncthreads();                  // every warp is done with the tiles that hold the staging
     if constexpr (kHeadDim == 128) {  // dK in the K tile, dV in the V tile
       stage_and_store_dk_dv<kDim, kBlockN, kThreads, kRowBytes, kBlockN * kRowBytes>(
-          p, acc_dk, acc_dv, k_base, b, hk, n0, 0, 32 * wk + g, kKvTiles * wq, t);
+          p, acc_dk, acc_dv, k_base, KeyRows{b, seq.k0, seq.len_k}, hk, n0, 0, 32 * wk + g,
+          kKvTiles * wq, t);
     } else {  // both in the P^T tile's rows (256 bytes): dK the first half, dV the second
       static_assert(kPRowBytes == 4 * kDim, "a P^T row holds a dK and a dV row");
       stage_and_store_dk_dv<kDim, kBlockN, kThreads, kPRowBytes, 2 * kDim>(
-          p, acc_dk, acc_dv, pt_base, b, hk, n0, 0, 32 * wk + g, kKvTiles * wq, t);
+          p, acc_dk, acc_dv, pt_base, KeyRows{b, seq.k0, seq.len_k}, hk, n0, 0, 32 * wk + g,
+          kKvTiles * wq, t);
     }
     return;
   }
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
-    store_dk_dv_rows(p, acc_dk[mt], acc_dv[mt], b, hk, n0 + 32 * wk + 16 * mt + g, kKvCols * wq, t);
+    store_dk_dv_rows(p, acc_dk[mt], acc_dv[mt], KeyRows{b, seq.k0, seq.len_k}, hk,
+                     n0 + 32 * wk + 16 * mt + g, kKvCols * wq, t);
 }
 
 }  // namespace tileattn::cuda

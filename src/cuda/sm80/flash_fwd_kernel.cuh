@@ -51,6 +51,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
 
   // Heavy (late, for causal) query blocks first; blocks of one head are adjacent for L2 reuse.
   const TileCoords tile = tile_coords<kBlockM>(p);
+  if (tile.rows_in_block <= 0) return;  // a varlen sequence shorter than the longest
   const int h = tile.h, b = tile.b, hk = tile.hk, m0 = tile.m0;
   const int rows_in_block = tile.rows_in_block, klen = tile.klen;
   const auto visible = [&](int i, int& first, int& last) { tile.visible(i, first, last); };
@@ -61,12 +62,18 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
   const int n_block_end = first_top < last_bottom ? (last_bottom + kBlockN - 1) / kBlockN : 0;
 
   const std::int64_t esize = p.in_type == ElemType::f32 ? 4 : 2;
-  const char* q_src = static_cast<const char*>(p.q) +
-                      (b * p.q_stride_b + h * p.q_stride_h + m0 * p.q_stride_l) * esize;
+  const char* q_src =
+      static_cast<const char*>(p.q) + (b * p.q_stride_b + h * p.q_stride_h +
+                                       static_cast<std::int64_t>(tile.q0 + m0) * p.q_stride_l) *
+                                          esize;
   const char* k_src =
-      static_cast<const char*>(p.k) + (b * p.k_stride_b + hk * p.k_stride_h) * esize;
+      static_cast<const char*>(p.k) +
+      (b * p.k_stride_b + hk * p.k_stride_h + static_cast<std::int64_t>(tile.k0) * p.k_stride_l) *
+          esize;
   const char* v_src =
-      static_cast<const char*>(p.v) + (b * p.v_stride_b + hk * p.v_stride_h) * esize;
+      static_cast<const char*>(p.v) +
+      (b * p.v_stride_b + hk * p.v_stride_h + static_cast<std::int64_t>(tile.k0) * p.v_stride_l) *
+          esize;
 
   auto load_kv = [&](int n_block, int slot) {
     T* k_tile = kv_tiles + slot * 2 * kBlockN * kPitch;
@@ -186,7 +193,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
           r.i = m0 + warp_row0 + mt * 16 + g + 8 * hh;
           r.slope = slope;
           r.mask_row = mask_row_offset(p, b, h, r.i);
-          r.distance0 = r.i + klen - p.len_q;
+          r.distance0 = r.i + klen - tile.len_q;
           visible(r.i, r.first, r.last);
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
@@ -296,7 +303,13 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
   // empty); NaN for a poisoned row.
   char* out_base = static_cast<char*>(p.out);
   const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
-  out_base += (b * p.o_stride_b + h * p.o_stride_h) * out_esize;
+  out_base +=
+      (b * p.o_stride_b + h * p.o_stride_h + static_cast<std::int64_t>(tile.q0) * p.o_stride_l) *
+      out_esize;
+  float* const lse_base = p.lse == nullptr
+                              ? nullptr
+                              : p.lse + b * p.lse_stride_b + h * p.lse_stride_h +
+                                    static_cast<std::int64_t>(tile.q0) * p.lse_stride_l;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -310,7 +323,7 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
       check += __shfl_xor_sync(0xffffffffu, check, 1);
       check += __shfl_xor_sync(0xffffffffu, check, 2);
       const int i = m0 + warp_row0 + mt * 16 + g + 8 * hh;
-      if (i >= p.len_q) continue;
+      if (i >= tile.len_q) continue;
       const bool poisoned = row_poisoned(l, check);
       const float inv = poisoned ? NAN : (l > 0.0f ? 1.0f / l : 0.0f);
       void* out_row = out_base + static_cast<std::int64_t>(i) * p.o_stride_l * out_esize;
@@ -321,8 +334,8 @@ __global__ void __launch_bounds__(tile_config(kBucket).threads(), tile_config(kB
         if (col + 1 < p.dim_v)
           store_elem(out_row, col + 1, p.out_type, acc_o[mt][dt][2 * hh + 1] * inv);
       }
-      if (p.lse != nullptr && t == 0)
-        p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] =
+      if (lse_base != nullptr && t == 0)
+        lse_base[i * p.lse_stride_l] =
             poisoned ? NAN : (l > 0.0f ? (row_max[mt][hh] + __log2f(l)) * kLn2 : -INFINITY);
     }
 }

@@ -89,8 +89,8 @@ template <int kDim, int kBlockN>
 __device__ __forceinline__ void store_dk_dv_staged(const FlashBwdParams& p,
                                                    const float (&acc_dk)[kDim / 8][4],
                                                    const float (&acc_dv)[kDim / 8][4],
-                                                   std::uint32_t stage, int b, int hk, int n0,
-                                                   int consumer, int key_row0, int t,
+                                                   std::uint32_t stage, const KeyRows& keys, int hk,
+                                                   int n0, int consumer, int key_row0, int t,
                                                    int all_barrier, int own_barrier) {
   constexpr std::uint32_t kRowBytes = kDim * 2, kTileBytes = kBlockN * kRowBytes;
   using OneTile = const float(&)[1][kDim / 8][4];
@@ -99,7 +99,7 @@ __device__ __forceinline__ void store_dk_dv_staged(const FlashBwdParams& p,
                                      reinterpret_cast<OneTile>(acc_dv), stage, key_row0, 0, t);
   named_barrier_sync(own_barrier, 128);
   store_staged_dk_dv_rows<kDim, 64, 128, kRowBytes, kTileBytes, true>(
-      p, stage, b, hk, n0, 0, consumer * 64, static_cast<int>(threadIdx.x) % 128);
+      p, stage, keys, hk, n0, 0, consumer * 64, static_cast<int>(threadIdx.x) % 128);
 }
 
 // kDeterministic: dQ added in key-block order (p.dq_turn), see the dQ warp. A template
@@ -145,10 +145,17 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
                                 p.cta_section_pairs);
   const int n_block = cta.n_block, hk = cta.pair % p.heads_kv, b = cta.pair / p.heads_kv;
   const int n0 = n_block * kBlockN;
-  const int klen = key_length(p, b);
-  const std::int64_t diagonal = p.bottom_right ? klen - p.len_q : 0;
+  // A varlen sequence's rows (q0, k0 into the packed tensors) and lengths; a key block past a
+  // shorter sequence's end holds no keys of it. The maps' batch coordinate: 0 for a varlen
+  // batch, which the maps see as one packed batch entry.
+  const SequenceRows seq = sequence_rows(p, b);
+  if (n0 >= seq.len_k) return;
+  const int map_b = p.cu_seqlens_q != nullptr ? 0 : b;
+  const int klen = key_length(p, b, seq.len_k);
+  const std::int64_t diagonal = p.bottom_right ? klen - seq.len_q : 0;
 
-  const QueryBlockRange seen = query_blocks_seeing<kBlockM, kBlockN>(p, n0, klen, diagonal);
+  const QueryBlockRange seen =
+      query_blocks_seeing<kBlockM, kBlockN>(p, seq.len_q, n0, klen, diagonal);
   const int m_begin = seen.begin, m_end = seen.end;
   const int m_blocks = m_end - m_begin;
   const int n_iters = m_blocks * p.heads_per_kv;
@@ -230,8 +237,10 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       mbarrier_arrive_expect_tx(&bars.kv_full, 2 * cfg.kv_tile_bytes());
 #pragma unroll
       for (int cb = 0; cb < kColBlocks; ++cb) {
-        tma_load_4d(k_tile + cb * kBlockN * 64, &params.k_map, &bars.kv_full, cb * 64, n0, hk, b);
-        tma_load_4d(v_tile + cb * kBlockN * 64, &params.v_map, &bars.kv_full, cb * 64, n0, hk, b);
+        tma_load_4d(k_tile + cb * kBlockN * 64, &params.k_map, &bars.kv_full, cb * 64, seq.k0 + n0,
+                    hk, map_b);
+        tma_load_4d(v_tile + cb * kBlockN * 64, &params.v_map, &bars.kv_full, cb * 64, seq.k0 + n0,
+                    hk, map_b);
       }
     }
     const auto load_step = [&](int it) {
@@ -243,8 +252,9 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       T* do_dst = do_tiles + slot * kBlockM * kDim;
 #pragma unroll
       for (int cb = 0; cb < kColBlocks; ++cb) {
-        tma_load_4d(q_dst + cb * kBlockM * 64, &params.q_map, full, cb * 64, m0, h, b);
-        tma_load_4d(do_dst + cb * kBlockM * 64, &params.do_map, full, cb * 64, m0, h, b);
+        tma_load_4d(q_dst + cb * kBlockM * 64, &params.q_map, full, cb * 64, seq.q0 + m0, h, map_b);
+        tma_load_4d(do_dst + cb * kBlockM * 64, &params.do_map, full, cb * 64, seq.q0 + m0, h,
+                    map_b);
       }
       const std::int64_t stats_row =
           (static_cast<std::int64_t>(b) * p.heads_q + h) * p.len_q_padded + m0;
@@ -276,8 +286,9 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
   const int g = lane / 4, t = lane % 4;
   // This thread's key rows (block-local) key_row0 and key_row0 + 8, and which queries see them.
   const int key_row0 = consumer * 64 + warp_in_group * 16 + g;
-  const KeyRowVisibility seen_by[2] = {KeyRowVisibility(p, n0 + key_row0, klen, diagonal),
-                                       KeyRowVisibility(p, n0 + key_row0 + 8, klen, diagonal)};
+  const KeyRowVisibility seen_by[2] = {
+      KeyRowVisibility(p, seq.len_q, n0 + key_row0, klen, diagonal),
+      KeyRowVisibility(p, seq.len_q, n0 + key_row0 + 8, klen, diagonal)};
   const T* const k_rows = k_tile + consumer * 64 * 64;  // this warpgroup's 64 keys, block 0
   const T* const v_rows = v_tile + consumer * 64 * 64;
   // dQ's B operand: K's columns consumer * kDqCols.. (by columns: a column block, or half of
@@ -360,7 +371,7 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
       named_barrier_arrive(kStepEmptyBarrier + (it - 1) % kStages, kStepBarrierThreads);
 
     // P^T = 2^(S^T scale log2e - lse); keys a row does not see, and rows without keys, give 0.
-    const int last_row = min(m0 + kBlockM, p.len_q) - 1;
+    const int last_row = min(m0 + kBlockM, seq.len_q) - 1;
     // kMaskBranch (D 128): the masking is a warp-uniform branch after the exponentials, which
     // the (usual) interior steps skip; inline, its compares and selects are ~130 of a step's
     // instructions. The branch pays at D 128; at D 64 (block_m 64) it costs a few percent, so
@@ -511,11 +522,11 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     constexpr int kEpilogueBarrier = kDqEmptyBarrier + 2;  // then + 1 + consumer
     static_assert(kEpilogueBarrier + 2 < 16, "named barriers");
     static_assert(kStages * kBlockM >= kBlockN, "the Q / dO ring holds dK and dV");
-    store_dk_dv_staged<kDim, kBlockN>(p, acc_dk, acc_dv, smem_address(q_tiles), b, hk, n0, consumer,
-                                      key_row0, t, kEpilogueBarrier,
-                                      kEpilogueBarrier + 1 + consumer);
+    store_dk_dv_staged<kDim, kBlockN>(p, acc_dk, acc_dv, smem_address(q_tiles),
+                                      KeyRows{b, seq.k0, seq.len_k}, hk, n0, consumer, key_row0, t,
+                                      kEpilogueBarrier, kEpilogueBarrier + 1 + consumer);
   } else {
-    store_dk_dv_rows(p, acc_dk, acc_dv, b, hk, n0 + key_row0, 0, t);
+    store_dk_dv_rows(p, acc_dk, acc_dv, KeyRows{b, seq.k0, seq.len_k}, hk, n0 + key_row0, 0, t);
   }
 #endif
 }

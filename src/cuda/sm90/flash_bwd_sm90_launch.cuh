@@ -25,13 +25,17 @@ cudaError_t launch_flash_bwd_sm90(const FlashBwdParams& call, cudaStream_t strea
   p.cta_section_pairs = bwd_section_pairs_for(p, 1, kBucket);
   Sm90BwdParams params{};
   params.base = p;
-  if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, p.len_q, p.heads_q, p.batch, p.q_stride_l,
+  // A varlen batch: the maps span the packed rows as one batch entry (as in the forward).
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int map_batch = varlen ? 1 : p.batch;
+  const int rows_q = varlen ? p.total_q : p.len_q, rows_k = varlen ? p.total_k : p.len_k;
+  if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, rows_q, p.heads_q, map_batch, p.q_stride_l,
                        p.q_stride_h, p.q_stride_b, cfg.block_m) ||
-      !encode_tile_map(&params.do_map, p.dout, bf16, p.dim_v, p.len_q, p.heads_q, p.batch,
+      !encode_tile_map(&params.do_map, p.dout, bf16, p.dim_v, rows_q, p.heads_q, map_batch,
                        p.do_stride_l, p.do_stride_h, p.do_stride_b, cfg.block_m) ||
-      !encode_tile_map(&params.k_map, p.k, bf16, p.dim, p.len_k, p.heads_kv, p.batch, p.k_stride_l,
+      !encode_tile_map(&params.k_map, p.k, bf16, p.dim, rows_k, p.heads_kv, map_batch, p.k_stride_l,
                        p.k_stride_h, p.k_stride_b, cfg.block_n) ||
-      !encode_tile_map(&params.v_map, p.v, bf16, p.dim_v, p.len_k, p.heads_kv, p.batch,
+      !encode_tile_map(&params.v_map, p.v, bf16, p.dim_v, rows_k, p.heads_kv, map_batch,
                        p.v_stride_l, p.v_stride_h, p.v_stride_b, cfg.block_n))
     return cudaErrorNotSupported;
   cudaError_t status = launch_flash_bwd_prepare<T>(p, stream);

@@ -72,9 +72,11 @@ __device__ __forceinline__ void run_sm90_fwd_consumer(const Sm90FwdParams& param
     const int h = tile.h, b = tile.b;
     const int warp_row0 = tile.m0 + consumer * 64 + warp_in_group * 16;
     const int row0 = warp_row0 + g;  // rows row0, row0 + 8
+    // The epilogue's rows in the tensors: a varlen sequence's rows start at q0.
+    const int out_row0 = tile.q0 + warp_row0, out_row_end = tile.q0 + tile.len_q;
     if constexpr (K::kRereadCoords)
       Sm90FwdEpilogue<K>::publish_rows(bars.out_coords[consumer * 4 + warp_in_group], lane, b, h,
-                                       warp_row0);
+                                       out_row0, out_row_end);
 
 #pragma unroll
     for (int dt = 0; dt < K::kDTiles; ++dt)
@@ -183,7 +185,8 @@ __device__ __forceinline__ void run_sm90_fwd_consumer(const Sm90FwdParams& param
     trace.end_tile(q_pass, w.n_blocks);
 
     Sm90FwdEpilogue<K>::store(params, o_stage, acc_o, softmax, inv_sum, row_lse, stage_free,
-                              consumer * 4 + warp_in_group, lane, b, h, warp_row0, trace, q_pass);
+                              consumer * 4 + warp_in_group, lane, b, h, out_row0, out_row_end,
+                              trace, q_pass);
     trace.tile(q_pass, 4);
   }
   Sm90FwdEpilogue<K>::drain(params);

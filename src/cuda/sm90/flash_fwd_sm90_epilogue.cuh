@@ -44,15 +44,16 @@ struct Sm90FwdEpilogue {
     named_barrier_sync(K::kStageBarrier + group, 128);
   }
 
-  // At a tile's start (K::kRereadCoords), by the whole warp: its rows' batch entry, head and
-  // first row into its out_coords slot (Sm90Barriers) for store().
+  // At a tile's start (K::kRereadCoords), by the whole warp: its rows' batch entry, head, first
+  // row and row end into its out_coords slot (Sm90Barriers) for store().
   __device__ __forceinline__ static void publish_rows(int* slot, int lane, int b, int h,
-                                                      int warp_row0) {
+                                                      int warp_row0, int row_end) {
     __syncwarp();  // the previous tile's epilogue has read the slot
     if (lane == 0) {
       slot[0] = b;
       slot[1] = h;
       slot[2] = warp_row0;
+      slot[3] = row_end;
     }
     __syncwarp();
   }
@@ -60,31 +61,35 @@ struct Sm90FwdEpilogue {
   // The tile's logsumexp and output. acc_o: O unnormalised; inv_sum, row_lse: the row values if
   // computed already (K::kEarlyRows), else computed here from the softmax; stage_free: the
   // staging buffer's first wait is done. warp (consumer warp 0..7), lane, b, h, warp_row0 (the
-  // warp's first row): the values held across the main loop, unused where re-read.
+  // warp's first row) and row_end (the end of the tile's sequence), both rows of the tensors
+  // (a varlen sequence's packed rows): the values held across the main loop, unused where
+  // re-read.
   __device__ __forceinline__ static void store(
       const Sm90FwdParams& params, T* const o_stage, OFragment& acc_o,
       const Sm90OnlineSoftmax<K>& softmax, float (&inv_sum)[2], float (&row_lse)[2],
       const bool stage_free, const int warp, const int lane, const int b, const int h,
-      const int warp_row0, const Sm90FwdTrace& trace, const int q_pass) {
+      const int warp_row0, const int row_end, const Sm90FwdTrace& trace, const int q_pass) {
     extern __shared__ unsigned char smem_raw[];
     const FlashFwdParams& p = params.base;
-    int e_warp, e_lane, e_b, e_h, e_warp_row0;  // e_warp: consumer warp 0..7
+    int e_warp, e_lane, e_b, e_h, e_warp_row0, e_row_end;  // e_warp: consumer warp 0..7
     if constexpr (K::kRereadCoords) {
       const unsigned tid = static_cast<unsigned>(thread_index_now());
       e_warp = static_cast<int>(tid / 32u) - 4;
       e_lane = static_cast<int>(tid % 32u);
       const std::uint32_t slot =  // shared address of bars.out_coords[e_warp], from the symbol
           ((smem_address(smem_raw) + 1023u) & ~1023u) + Sm90FwdSmem<K>::kBarsOffset +
-          static_cast<std::uint32_t>(offsetof(Sm90Barriers<K::kStages>, out_coords)) + e_warp * 12u;
+          static_cast<std::uint32_t>(offsetof(Sm90Barriers<K::kStages>, out_coords)) + e_warp * 16u;
       e_b = ld_shared_volatile(slot);
       e_h = ld_shared_volatile(slot + 4);
       e_warp_row0 = ld_shared_volatile(slot + 8);
+      e_row_end = ld_shared_volatile(slot + 12);
     } else {
       e_warp = warp;
       e_lane = lane;
       e_b = b;
       e_h = h;
       e_warp_row0 = warp_row0;
+      e_row_end = row_end;
     }
     const int e_g = e_lane / 4, e_t = e_lane % 4;
     const int e_row0 = e_warp_row0 + e_g;  // rows e_row0, e_row0 + 8
@@ -112,18 +117,18 @@ struct Sm90FwdEpilogue {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int i = e_row0 + 8 * hh;
-        if (i < p.len_q) lse_rows[i * p.lse_stride_l] = row_lse[hh];
+        if (i < e_row_end) lse_rows[i * p.lse_stride_l] = row_lse[hh];
       }
     }
     bool stored = false;
     if constexpr (K::cfg.o_stage_bytes() > 0) {
       if (p.vector_stores) {
         store_staged(params, o_stage, acc_o, inv_sum, stage_free, e_warp, e_lane, e_g, e_t, e_b,
-                     e_h, e_warp_row0, trace, q_pass);
+                     e_h, e_warp_row0, e_row_end, trace, q_pass);
         stored = true;
       }
     }
-    if (!stored) store_elements(p, acc_o, inv_sum, e_b, e_h, e_row0, e_t);
+    if (!stored) store_elements(p, acc_o, inv_sum, e_b, e_h, e_row0, e_row_end, e_t);
   }
 
   // After the last tile: the last TMA stores read shared memory, which must outlive them (a
@@ -141,7 +146,7 @@ struct Sm90FwdEpilogue {
                                                       const bool stage_free, const int e_warp,
                                                       const int e_lane, const int e_g,
                                                       const int e_t, const int e_b, const int e_h,
-                                                      const int e_warp_row0,
+                                                      const int e_warp_row0, const int e_row_end,
                                                       const Sm90FwdTrace& trace, const int q_pass) {
     const FlashFwdParams& p = params.base;
     constexpr int kStageCols = K::cfg.o_stage_cols(), kPassTiles = kStageCols / 8;
@@ -191,7 +196,7 @@ struct Sm90FwdEpilogue {
         for (int idx = e_lane + (e_warp % 4) * 32; idx < 64 * kChunks; idx += 128) {
           const int r = idx / kChunks, c = idx % kChunks;
           // (The condition as a named value: as a branch condition nvcc keeps two branches.)
-          const bool inside = row_base + r < p.len_q && pass * kStageCols + c * 8 < p.dim_v;
+          const bool inside = row_base + r < e_row_end && pass * kStageCols + c * 8 < p.dim_v;
           if (inside)
             *reinterpret_cast<uint4*>(out + static_cast<std::int64_t>(row_base + r) * p.o_stride_l +
                                       c * 8) = load_shared_v4u(stage_at(stage_address, r, c));
@@ -211,7 +216,7 @@ struct Sm90FwdEpilogue {
   __device__ __forceinline__ static void store_elements(const FlashFwdParams& p, OFragment& acc_o,
                                                         const float (&inv_sum)[2], const int e_b,
                                                         const int e_h, const int e_row0,
-                                                        const int e_t) {
+                                                        const int e_row_end, const int e_t) {
     char* out_base = static_cast<char*>(p.out);
     const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
     out_base += (e_b * p.o_stride_b + e_h * p.o_stride_h) * out_esize;
@@ -219,7 +224,7 @@ struct Sm90FwdEpilogue {
     for (int hh = 0; hh < 2; ++hh) {
       const float inv = inv_sum[hh];
       const int i = e_row0 + 8 * hh;
-      if (i >= p.len_q) continue;
+      if (i >= e_row_end) continue;
       char* out_row = out_base + static_cast<std::int64_t>(i) * p.o_stride_l * out_esize;
 #pragma unroll
       for (int dt = 0; dt < K::kDTiles; ++dt) {

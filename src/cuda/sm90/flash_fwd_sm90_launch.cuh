@@ -27,17 +27,24 @@ cudaError_t launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) 
   // Without staging: the output from the registers, element pairs.
   if constexpr (!cfg.stage_output) params.base.vector_stores = false;
   const int heads_kv = p.heads_q / p.heads_per_kv;
-  if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, p.len_q, p.heads_q, p.batch, p.q_stride_l,
+  // A varlen batch: the maps span the packed rows as one batch entry; a sequence's tiles start
+  // at its first row, and its key blocks may read on into the next sequence's keys, which its
+  // key length masks.
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int map_batch = varlen ? 1 : p.batch;
+  const int rows_q = varlen ? p.total_q : p.len_q, rows_k = varlen ? p.total_k : p.len_k;
+  if (!encode_tile_map(&params.q_map, p.q, bf16, p.dim, rows_q, p.heads_q, map_batch, p.q_stride_l,
                        p.q_stride_h, p.q_stride_b, 64) ||  // per warpgroup
-      !encode_tile_map(&params.k_map, p.k, bf16, p.dim, p.len_k, heads_kv, p.batch, p.k_stride_l,
+      !encode_tile_map(&params.k_map, p.k, bf16, p.dim, rows_k, heads_kv, map_batch, p.k_stride_l,
                        p.k_stride_h, p.k_stride_b, cfg.block_n) ||
-      !encode_tile_map(&params.v_map, p.v, bf16, p.dim_v, p.len_k, heads_kv, p.batch, p.v_stride_l,
+      !encode_tile_map(&params.v_map, p.v, bf16, p.dim_v, rows_k, heads_kv, map_batch, p.v_stride_l,
                        p.v_stride_h, p.v_stride_b, cfg.block_n))
     return cudaErrorNotSupported;
   // The output by TMA stores from the staging buffer where there is one and 16-byte stores are
   // legal (out type T, aligned rows), unless the configuration asks for 16-byte stores. A store
   // copies the 16-bit elements as they are, so the map's bf16 type serves f16 output too.
-  params.o_tma = cfg.o_stage_bytes() > 0 && params.base.vector_stores && cfg.tma_store &&
+  // (Not for a varlen batch: a TMA store is bounded by the tensor, not by the sequence.)
+  params.o_tma = !varlen && cfg.o_stage_bytes() > 0 && params.base.vector_stores && cfg.tma_store &&
                  encode_tile_map(&params.o_map, p.out, bf16, p.dim_v, p.len_q, p.heads_q, p.batch,
                                  p.o_stride_l, p.o_stride_h, p.o_stride_b, 64);
   params.num_tiles = static_cast<int>(query_block_count(p));

@@ -25,6 +25,7 @@ __device__ __forceinline__ void load_kv_block(const Sm90FwdParams& params,
                                               typename K::Element* tiles, int kv_it, int i,
                                               const Sm90TileWork& w, int hk, int b,
                                               std::uint64_t hint) {
+  // (A varlen sequence's keys start at row k0 of the packed tensors; b is then 0.)
   constexpr int kStages = K::kStages, kBlockN = K::kBlockN;
   const int it = kv_it + i, slot = it % kStages;
   mbarrier_wait(kV ? &bars.v_empty[slot] : &bars.k_empty[slot], ((it / kStages) & 1) ^ 1);
@@ -34,7 +35,7 @@ __device__ __forceinline__ void load_kv_block(const Sm90FwdParams& params,
   for (int cb = 0; cb < K::kColBlocks; ++cb)
     tma_load_4d(dst + cb * kBlockN * 64, kV ? &params.v_map : &params.k_map,
                 kV ? &bars.v_full[slot] : &bars.k_full[slot], cb * 64,
-                (w.n_block_begin + i) * kBlockN, hk, b, hint);
+                w.coords.k0 + (w.n_block_begin + i) * kBlockN, hk, b, hint);
 }
 
 // q_tiles: the shared memory's aligned base (Sm90FwdSmem); the rest of the buffers and the
@@ -71,7 +72,8 @@ __device__ __forceinline__ void run_sm90_fwd_producer(const Sm90FwdParams& param
     const bool valid = tile < params.num_tiles;
     const Sm90TileWork w = tile_work<kBlockM, K::kBlockN>(params, valid ? tile : 0);
     const int n_blocks = valid ? w.n_blocks : 0;
-    const int hk = w.coords.hk, b = w.coords.b;
+    // The maps' batch coordinate: a varlen batch is one packed batch entry.
+    const int hk = w.coords.hk, b = params.base.cu_seqlens_q != nullptr ? 0 : w.coords.b;
     const int q_slot = q_pass % kQStages;
     if (leader) {
       if (kQStages == 1 && n_blocks > 0)
@@ -101,7 +103,7 @@ __device__ __forceinline__ void run_sm90_fwd_producer(const Sm90FwdParams& param
 #pragma unroll
           for (int cb = 0; cb < K::kColBlocks; ++cb)
             tma_load_4d(q_dst + cb * kBlockM * 64, &params.q_map, &bars.q_full[q_slot][c], cb * 64,
-                        w.coords.m0 + c * 64, w.coords.h, b, read_once);
+                        w.coords.q0 + w.coords.m0 + c * 64, w.coords.h, b, read_once);
         } else if (valid) {
           mbarrier_arrive(&bars.q_full[q_slot][c]);  // a tile without key blocks: no Q to load
         }
@@ -119,7 +121,8 @@ __device__ __forceinline__ void run_sm90_fwd_producer(const Sm90FwdParams& param
       // asked of L2 now, that load then waits for L2 rather than for HBM. This pays at D 128
       // and not at D 256 (its Q tile is 64 KB, perhaps competing with the first K / V), so
       // only D 128 prefetches.
-      if (kQStages == 1 && kDim == 128 && params.early_claim && next < params.num_tiles) {
+      if (kQStages == 1 && kDim == 128 && params.early_claim && next < params.num_tiles &&
+          params.base.cu_seqlens_q == nullptr) {
         int m_block, bh;
         tile_at(params, next, m_block, bh);
 #pragma unroll

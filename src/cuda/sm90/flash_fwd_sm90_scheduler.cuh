@@ -66,7 +66,10 @@ __device__ __forceinline__ Sm90TileWork tile_work(const Sm90FwdParams& params, i
   w.coords.visible(w.coords.m0, w.first_top, w.last_top);
   w.coords.visible(w.coords.m0 + w.coords.rows_in_block - 1, w.first_bottom, w.last_bottom);
   w.n_block_begin = w.first_top / kBlockN;
-  const int end = w.first_top < w.last_bottom ? (w.last_bottom + kBlockN - 1) / kBlockN : 0;
+  // (A block past the end of a varlen sequence, rows_in_block <= 0, visits none.)
+  const int end = w.first_top < w.last_bottom && w.coords.rows_in_block > 0
+                      ? (w.last_bottom + kBlockN - 1) / kBlockN
+                      : 0;
   w.n_blocks = end > w.n_block_begin ? end - w.n_block_begin : 0;
   return w;
 }

@@ -146,7 +146,7 @@ struct GeneralScores {
       r.i = row0 + 8 * hh;
       r.slope = slope;
       r.mask_row = mask_row_offset(p, b, h, r.i);
-      r.distance0 = r.i + w.coords.klen - p.len_q;
+      r.distance0 = r.i + w.coords.klen - w.coords.len_q;
       w.coords.visible(r.i, r.first, r.last);
     }
   }

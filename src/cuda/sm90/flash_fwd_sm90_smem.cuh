@@ -29,9 +29,10 @@ struct Sm90Barriers {
   std::uint64_t k_full[kStages], k_empty[kStages];
   std::uint64_t v_full[kStages], v_empty[kStages];
   Sm90TileHandOver hand_over;
-  // Per consumer warp: batch, head and first query row of its current tile, written by its lane
-  // 0 when the tile starts and read by the epilogue (Sm90FwdEpilogue::publish_rows).
-  int out_coords[kSm90ConsumerWarps][3];
+  // Per consumer warp: batch, head, first query row and the sequence's row end (rows in the
+  // tensors) of its current tile, written by its lane 0 when the tile starts and read by the
+  // epilogue (Sm90FwdEpilogue::publish_rows).
+  int out_coords[kSm90ConsumerWarps][4];
 };
 
 // Offsets from the aligned base.
