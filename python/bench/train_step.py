@@ -42,7 +42,7 @@ def cli_seconds(cli: str, batch: int, heads: int, length: int, dim: int, causal:
 
 
 def compiled_seconds(batch: int, heads: int, length: int, dim: int, causal: bool, calls: int,
-                     rounds: int) -> float:
+                     rounds: int, profile: bool = False) -> float:
     """Median seconds per compiled forward + backward step through the drop-in."""
     # BSHD memory seen as SDPA's (B, H, L, D), as the C++ benchmark's tensors are laid out.
     shape = (batch, length, heads, dim)
@@ -61,6 +61,13 @@ def compiled_seconds(batch: int, heads: int, length: int, dim: int, causal: bool
     for _ in range(3):  # compile, then warm up
         step(q, k, v, dout)
     torch.cuda.synchronize()
+    if profile:  # every GPU kernel of `calls` steps, by total time
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                step(q, k, v, dout)
+            torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12,
+                                        max_name_column_width=70))
     times = []
     for _ in range(rounds):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -82,6 +89,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--profile", action="store_true",
+                        help="also print the compiled step's GPU kernels (torch.profiler)")
     a = parser.parse_args()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| L | causal | C++ bench fwd+bwd ms | compiled step ms | C++ TFLOP/s | step TFLOP/s |"
@@ -91,7 +100,8 @@ def main() -> None:
         batch = max(1, a.tokens // length)
         for causal in (False, True):
             cli = cli_seconds(a.cli, batch, a.heads, length, a.dim, causal, a.rounds * a.calls)
-            step = compiled_seconds(batch, a.heads, length, a.dim, causal, a.calls, a.rounds)
+            step = compiled_seconds(batch, a.heads, length, a.dim, causal, a.calls, a.rounds,
+                                    a.profile)
             work = flops(batch, a.heads, length, a.dim, causal)
             print(f"| {length} | {'yes' if causal else 'no'} | {cli * 1e3:.3f} | {step * 1e3:.3f}"
                   f" | {work / cli / 1e12:.1f} | {work / step / 1e12:.1f} | {step / cli:.3f} |",
