@@ -16,8 +16,8 @@ conventions as FlashAttention 2.6+; ``causal`` is bottom-right aligned, ``window
   * no gradient flows to ``softmax_lse``.
   * varlen (packed ``(total, nheads, headdim)`` with int32 ``cu_seqlens``): ``softmax_lse`` is
     ``(nheads, total_q)``; ``return_attn_probs`` with dropout and ``block_table`` (paged KV)
-    raise ``NotImplementedError``. The CPU backends run varlen batches; CUDA tensors raise
-    ``tileattn.Error`` until the CUDA kernels take them.
+    raise ``NotImplementedError``. Every backend runs varlen batches, CPU and CUDA, forward
+    and backward.
 """
 
 from typing import Optional
