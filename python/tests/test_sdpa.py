@@ -115,3 +115,20 @@ def test_signature_matches_torch():
     assert list(ours) == ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
                           "enable_gqa"]
     assert [p.default for p in ours.values()][3:] == [None, 0.0, False, None, False]
+
+
+@pytest.mark.parametrize("dim_v", [16, 24], ids=["dv_eq_d", "dv_ne_d"])
+def test_output_and_gradients_keep_the_inputs_memory_order(dim_v):
+    # A BHSD view of BSHD memory (what a model with (B, L, H, D) projections passes): out and
+    # the gradients come back in BSHD memory too, as PyTorch's flash SDPA lays out its output,
+    # so that torch.compile needs no copy to match a tangent's or a primal's strides.
+    q, k = (torch.randn(2, 7, 3, 16).transpose(1, 2).requires_grad_() for _ in range(2))
+    v = torch.randn(2, 7, 3, dim_v).transpose(1, 2).requires_grad_()
+    out = tt.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert out.shape == (2, 3, 7, dim_v)
+    assert out.transpose(1, 2).is_contiguous()
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    for g, x in zip((dq, dk, dv), (q, k, v)):
+        assert g.stride() == x.stride()
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert rel_l2(out.detach(), ref.detach()) < TOL[torch.float32]

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -200,6 +201,10 @@ AttnParams validate_forward(const AttentionArgs& a) {
   p.scale = a.scale.has_value() ? *a.scale : 1.0f / std::sqrt(static_cast<float>(D));
   if (!std::isfinite(a.softcap) || a.softcap < 0.0f)
     fail("softcap", "must be finite and >= 0 (0 disables), got ", a.softcap);
+  // A subnormal cap has no finite f32 reciprocal, which the kernels' tanh(s / c) needs.
+  if (a.softcap > 0.0f && a.softcap < std::numeric_limits<float>::min())
+    fail("softcap", "must be 0 (off) or at least ", std::numeric_limits<float>::min(),
+         " (the smallest normal f32), got ", a.softcap);
   p.softcap = a.softcap;
 
   if (a.window_left < -1)

@@ -401,6 +401,19 @@ TEST_F(Validation, BadSoftcap) {
     a.softcap = softcap;
     expect_error(a, "softcap", ">= 0");
   }
+  // Subnormal caps (no finite f32 reciprocal; a fuzz finding gave NaN on the CPU backend) are
+  // refused; the smallest normal one is accepted.
+  for (const float softcap : {1e-40f, std::numeric_limits<float>::denorm_min()}) {
+    SCOPED_TRACE(softcap);
+    AttentionArgs a = args();
+    a.softcap = softcap;
+    expect_error(a, "softcap", "smallest normal");
+  }
+  AttentionArgs a = args();
+  a.softcap = std::numeric_limits<float>::min();
+  out_.poison();
+  EXPECT_NO_THROW(attention_forward(a, {Backend::cpu}));
+  EXPECT_EQ(out_.count_nan(), 0);
 }
 
 TEST_F(Validation, WindowBelowMinusOne) {

@@ -57,6 +57,25 @@ def _out_shape(q: Tensor, v: Tensor):
     return (*q.shape[:-1], v.shape[-1])
 
 
+def _like(x: Tensor, last_dim: int) -> Tensor:
+    """A new tensor shaped like x but with last dim `last_dim`, its dimensions in x's memory
+    order (as PyTorch's own SDPA lays out its output): a BHSD view of BSHD memory gets BSHD
+    memory. Outputs and gradients then match their inputs' strides, so that neither
+    ``torch.compile`` nor the caller copies them into another layout (AOTAutograd makes a
+    tangent match its forward output's strides)."""
+    if x.size(-1) == last_dim and x.is_contiguous(memory_format=torch.contiguous_format):
+        return torch.empty_like(x)
+    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), d))
+    if order[-1] != x.dim() - 1:  # the last dim must stay innermost
+        order = [d for d in order if d != x.dim() - 1] + [x.dim() - 1]
+    shape = (*x.shape[:-1], last_dim)
+    buffer = x.new_empty([shape[d] for d in order])
+    inverse = [0] * x.dim()
+    for position, d in enumerate(order):
+        inverse[d] = position
+    return buffer.permute(inverse)
+
+
 def forward_impl(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                       key_lengths: Optional[Tensor], alibi_slopes: Optional[Tensor],
                       causal: bool, top_left: bool, window_left: int, window_right: int,
@@ -71,7 +90,7 @@ def forward_impl(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
     always deterministic. With ``cu_seqlens_q``/``_k`` (int32 [B + 1]) q, k, v are a packed
     varlen batch [total, H, D] and lse is [Hq, total_q].
     """
-    out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
+    out = _like(q, v.size(-1))
     lse = torch.empty(_lse_shape(q, bhsd), dtype=torch.float32, device=q.device)
     seed, offset = _rng_values(rng)
     _tileattn.forward(*(_dl(x) for x in (q, k, v, out, lse, mask, key_lengths, alibi_slopes)),
@@ -110,7 +129,7 @@ attention_forward = torch.library.custom_op("tileattn::attention_forward",
 def _(q, k, v, mask, key_lengths, alibi_slopes, causal, top_left, window_left, window_right,
       scale, softcap, dropout_p, rng, bhsd, deterministic, cu_seqlens_q=None, cu_seqlens_k=None,
       max_seqlen_q=0, max_seqlen_k=0):
-    out = q.new_empty(_out_shape(q, v))
+    out = _like(q, v.size(-1))
     lse = q.new_empty(_lse_shape(q, bhsd), dtype=torch.float32)
     return out, lse
 
@@ -127,9 +146,7 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
     """(dq, dk, dv) shaped like q, k, v (tileattn::attention_backward)."""
     if dout.stride(-1) != 1:  # e.g. the expanded gradient of a sum()
         dout = dout.contiguous()
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    dq, dk, dv = _like(q, q.size(-1)), _like(k, k.size(-1)), _like(v, v.size(-1))
     seed, offset = _rng_values(rng)
     workspace = None
     if q.is_cuda:
@@ -149,7 +166,7 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
 def _(dout, q, k, v, out, lse, mask, key_lengths, alibi_slopes, causal, top_left, window_left,
       window_right, scale, softcap, dropout_p, rng, bhsd, deterministic, cu_seqlens_q=None,
       cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    return _like(q, q.size(-1)), _like(k, k.size(-1)), _like(v, v.size(-1))
 
 
 # Autograd: the forward saves what the library's backward needs (its own out and lse included).
