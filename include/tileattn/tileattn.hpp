@@ -247,3 +247,6 @@ const char* to_string(CpuIsa isa) noexcept;
 const char* to_string(Backend backend) noexcept;
 
 }  // namespace tileattn
+
+// The serving operators (attention_with_kvcache, apply_rotary).
+#include "tileattn/kvcache.hpp"  // IWYU pragma: export

@@ -1,9 +1,8 @@
 // Public entry points: argument validation, then dispatch to a backend.
 #include <algorithm>
-#include <new>
 #include <string>
-#include <system_error>
 
+#include "api/dispatch.hpp"
 #include "api/validate.hpp"
 #include "common/threads.hpp"
 #include "common/varlen.hpp"
@@ -94,41 +93,9 @@ Tensor bhsd_as_bshd(Tensor bhsd) {
   return bhsd;
 }
 
-namespace {
-
-// The backend a call runs on (automatic: CUDA for device tensors, else the CPU); checks ctx.
-Backend resolve_backend(const Context& ctx, Device device) {
-  if (ctx.threads < 0 || ctx.threads > kMaxThreads)
-    throw Error("tileattn: argument 'ctx.threads': must be in [0, " + std::to_string(kMaxThreads) +
-                "] (0 = default), got " + std::to_string(ctx.threads));
-  if (static_cast<unsigned>(ctx.backend) > static_cast<unsigned>(Backend::cuda))
-    throw Error("tileattn: argument 'ctx.backend': value " +
-                std::to_string(static_cast<unsigned>(ctx.backend)) + " is not a tileattn::Backend");
-  if (static_cast<unsigned>(ctx.cpu_isa) > static_cast<unsigned>(CpuIsa::portable) &&
-      ctx.cpu_isa != CpuIsa::best)
-    throw Error("tileattn: argument 'ctx.cpu_isa': value " +
-                std::to_string(static_cast<unsigned>(ctx.cpu_isa)) + " is not a tileattn::CpuIsa");
-  if (ctx.backend != Backend::automatic) return ctx.backend;
-  return device == Device::cuda ? Backend::cuda : Backend::cpu;
-}
-
-// Runs a host backend, turning a failure to get memory or threads into tileattn::Error.
-template <typename F>
-void run_on_host(F&& f) {
-  try {
-    f();
-  } catch (const std::bad_alloc&) {
-    throw Error("tileattn: out of host memory for the call's buffers");
-  } catch (const std::system_error& e) {
-    throw Error(std::string("tileattn: the CPU backend could not start its threads: ") + e.what());
-  }
-}
-
-}  // namespace
-
 void attention_forward(const AttentionArgs& args, const Context& ctx) {
   const detail::AttnParams p = detail::validate_forward(args);
-  const Backend backend = resolve_backend(ctx, p.device);
+  const Backend backend = detail::resolve_backend(ctx, p.device);
 
   if (backend == Backend::cuda) {
 #if defined(TILEATTN_WITH_CUDA)
@@ -152,7 +119,7 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
     else
       detail::cpu_flash_forward(call, ctx.threads, ctx.cpu_isa);
   };
-  run_on_host([&] {
+  detail::run_on_host([&] {
     if (!p.is_varlen()) return run(p);
     for (std::int64_t b = 0; b < p.batch; ++b) run(detail::sequence_view(p, b));
   });
@@ -160,7 +127,7 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
 
 void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
   const detail::AttnBackwardParams p = detail::validate_backward(args);
-  const Backend backend = resolve_backend(ctx, p.device);
+  const Backend backend = detail::resolve_backend(ctx, p.device);
   if (backend == Backend::cuda) {
 #if defined(TILEATTN_WITH_CUDA)
     if (p.device != Device::cuda)
@@ -183,7 +150,7 @@ void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
     else
       detail::cpu_flash_backward(call, ctx.threads, ctx.cpu_isa);
   };
-  run_on_host([&] {
+  detail::run_on_host([&] {
     if (!p.is_varlen()) return run(p);
     for (std::int64_t b = 0; b < p.batch; ++b) run(detail::sequence_view(p, b));
   });
@@ -192,7 +159,7 @@ void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
 std::size_t attention_backward_workspace_bytes(const AttentionBackwardArgs& args,
                                                const Context& ctx) {
   const detail::AttnBackwardParams p = detail::validate_backward(args);
-  if (resolve_backend(ctx, p.device) != Backend::cuda || p.device != Device::cuda) return 0;
+  if (detail::resolve_backend(ctx, p.device) != Backend::cuda || p.device != Device::cuda) return 0;
 #if defined(TILEATTN_WITH_CUDA)
   return detail::cuda_backward_workspace_bytes(p, ctx.cuda_f32_via_bf16);
 #else

@@ -1,12 +1,11 @@
 #include "api/validate.hpp"
 
-#include <algorithm>
 #include <cmath>
-#include <limits>
 #include <utility>
 #include <vector>
 
 #include "api/tensor_checks.hpp"
+#include "api/validate_options.hpp"
 
 namespace tileattn::detail {
 namespace {
@@ -29,37 +28,6 @@ struct RowLayout {
 RowLayout row_layout(const AttentionArgs& a) {
   return RowLayout{a.cu_seqlens_q.present() || a.cu_seqlens_k.present() ||
                    a.cu_seqlens_q.rank != 0 || a.cu_seqlens_k.rank != 0};
-}
-
-// cu_seqlens_q / _k: i32 [B + 1] on q's device. On the host the offsets are checked: from 0,
-// non-decreasing, ending at the tensor's row count, no sequence longer than max_seqlen. Device
-// offsets are not read here (that would synchronise); kernels trust them.
-void check_cu_seqlens(const char* name, const Tensor& cu, const Tensor& q, std::int64_t batch,
-                      std::int64_t total, const char* total_name, std::int64_t max_seqlen,
-                      const char* max_name) {
-  if (!cu.present()) fail(name, "is required for a varlen batch (give cu_seqlens_q and _k)");
-  require_rank(name, cu, 1, "[B + 1]");
-  if (cu.dtype != DType::i32) fail(name, "dtype must be i32, got ", to_string(cu.dtype));
-  require_device(name, cu, q);
-  if (cu.shape[0] < 2) fail(name, "needs at least 2 entries ([B + 1], B >= 1), got ", cu.shape[0]);
-  if (cu.shape[0] != batch + 1)
-    fail(name, "has ", cu.shape[0], " entries, cu_seqlens_q has ", batch + 1,
-         " (both are [B + 1])");
-  if (cu.stride[0] != 1) fail(name, "must be contiguous");
-  checked_span(name, cu);
-  if (cu.device != Device::cpu) return;
-  const auto* offsets = static_cast<const std::int32_t*>(cu.data);
-  if (offsets[0] != 0) fail(name, "must start at 0, got ", offsets[0]);
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t len = std::int64_t{offsets[b + 1]} - offsets[b];
-    if (len < 0)
-      fail(name, "must be non-decreasing: entry ", b + 1, " (", offsets[b + 1], ") is below entry ",
-           b, " (", offsets[b], ")");
-    if (len > max_seqlen)
-      fail(max_name, "is ", max_seqlen, " but sequence ", b, " has ", len, " rows (", name, ")");
-  }
-  if (offsets[batch] != total)
-    fail(name, "ends at ", offsets[batch], " but ", total_name, " is ", total);
 }
 
 }  // namespace
@@ -101,8 +69,6 @@ AttnParams validate_forward(const AttentionArgs& a) {
   const std::int64_t Lk = k.shape[rows.len()], Hkv = k.shape[rows.heads()];
   const std::int64_t Dv = v.shape[rows.dim()];
   if (!rows.varlen && B < 1) fail("q", "batch size must be at least 1, got ", B);
-  // Kernels index keys and rows with 32-bit lanes: lengths stay below 2^31.
-  constexpr std::int64_t kMaxLength = (std::int64_t{1} << 31) - 1;
   if (Lq < 0 || Lq > kMaxLength) fail("q", "query length must be in [0, 2^31 - 1], got ", Lq);
   if (Hq < 1) fail("q", "number of query heads must be at least 1, got ", Hq);
   if (D < 1 || D > 256) fail("q", "head dim D must be in 1..256, got ", D);
@@ -167,26 +133,8 @@ AttnParams validate_forward(const AttentionArgs& a) {
   p.v_stride_b = rows.stride_b(v), p.v_stride_l = v.stride[l], p.v_stride_h = v.stride[h];
   p.o_stride_b = rows.stride_b(out), p.o_stride_l = out.stride[l], p.o_stride_h = out.stride[h];
 
-  Span lse_span;  // empty when there is no lse: overlaps nothing
-  if (a.lse.present()) {
-    const Tensor& lse = a.lse;
-    const int off = rows.varlen ? 1 : 0;  // varlen: [Hq, total_q]
-    require_rank("lse", lse, 3 - off, rows.varlen ? "[Hq, total_q]" : "[B, Hq, Lq]");
-    if (lse.dtype != DType::f32) fail("lse", "dtype must be f32, got ", to_string(lse.dtype));
-    require_device("lse", lse, q);
-    if (!rows.varlen) require_dim("lse", lse, 0, B, "batch");
-    require_dim("lse", lse, 1 - off, Hq, "query heads");
-    require_dim("lse", lse, 2 - off, Lq, "query length");
-    lse_span = checked_span("lse", lse);
-    require_no_internal_overlap("lse", lse);
-    if (lse_span.overlaps(q_span) || lse_span.overlaps(k_span) || lse_span.overlaps(v_span) ||
-        lse_span.overlaps(out_span))
-      fail("lse", "overlaps q, k, v or out");
-    p.lse = static_cast<float*>(lse.data);
-    p.lse_stride_b = rows.varlen ? 0 : lse.stride[0];
-    p.lse_stride_h = lse.stride[1 - off], p.lse_stride_l = lse.stride[2 - off];
-  }
-
+  const Span lse_span =
+      set_lse(p, a.lse, q, rows.varlen, {q_span, k_span, v_span, out_span}, "q, k, v or out");
   if (rows.varlen) {
     for (const auto& [name, t] :
          {std::pair<const char*, const Tensor*>{"cu_seqlens_q", &a.cu_seqlens_q},
@@ -196,33 +144,8 @@ AttnParams validate_forward(const AttentionArgs& a) {
     }
   }
 
-  if (a.scale.has_value() && !std::isfinite(*a.scale))
-    fail("scale", "must be finite, got ", *a.scale);
-  p.scale = a.scale.has_value() ? *a.scale : 1.0f / std::sqrt(static_cast<float>(D));
-  if (!std::isfinite(a.softcap) || a.softcap < 0.0f)
-    fail("softcap", "must be finite and >= 0 (0 disables), got ", a.softcap);
-  // A subnormal cap has no finite f32 reciprocal, which the kernels' tanh(s / c) needs.
-  if (a.softcap > 0.0f && a.softcap < std::numeric_limits<float>::min())
-    fail("softcap", "must be 0 (off) or at least ", std::numeric_limits<float>::min(),
-         " (the smallest normal f32), got ", a.softcap);
-  p.softcap = a.softcap;
-
-  if (a.window_left < -1)
-    fail("window_left", "must be >= 0, or -1 for unbounded, got ", a.window_left);
-  if (a.window_right < -1)
-    fail("window_right", "must be >= 0, or -1 for unbounded, got ", a.window_right);
-  if (a.alignment != Alignment::bottom_right && a.alignment != Alignment::top_left)
-    fail("alignment", "value ", static_cast<unsigned>(a.alignment),
-         " is not a tileattn::Alignment (bottom_right or top_left)");
-  p.alignment = a.alignment;
-  // A window wider than Lq + Lk is unbounded in effect; clamping keeps index arithmetic in range.
-  const auto clamp_window = [&](std::int64_t w) {
-    return w == kUnbounded ? w : std::min(w, p.len_q + p.len_k);
-  };
-  p.window_left = clamp_window(a.window_left);
-  p.window_right = clamp_window(a.window_right);
-  if (a.causal)
-    p.window_right = p.window_right == kUnbounded ? 0 : std::min<std::int64_t>(p.window_right, 0);
+  set_scale_and_softcap(p, a.scale, a.softcap);
+  set_window(p, a.window_left, a.window_right, a.causal, a.alignment);
 
   if (a.mask.present()) {
     const Tensor& m = a.mask;
@@ -277,26 +200,7 @@ AttnParams validate_forward(const AttentionArgs& a) {
     }
   }
 
-  if (a.alibi_slopes.present()) {
-    const Tensor& s = a.alibi_slopes;
-    if (s.rank != 1 && s.rank != 2)
-      fail("alibi_slopes", "expected rank 1 [Hq] or 2 [B, Hq], got rank ", s.rank);
-    if (s.dtype != DType::f32) fail("alibi_slopes", "dtype must be f32, got ", to_string(s.dtype));
-    require_device("alibi_slopes", s, q);
-    if (s.rank == 1) {
-      require_dim("alibi_slopes", s, 0, Hq, "query heads");
-      p.alibi_stride_h = s.stride[0];
-    } else {
-      require_dim("alibi_slopes", s, 0, B, "batch");
-      require_dim("alibi_slopes", s, 1, Hq, "query heads");
-      p.alibi_stride_b = s.stride[0];
-      p.alibi_stride_h = s.stride[1];
-    }
-    const Span slopes_span = checked_span("alibi_slopes", s);
-    if (slopes_span.overlaps(out_span) || slopes_span.overlaps(lse_span))
-      fail("alibi_slopes", "overlaps out or lse");
-    p.alibi_slopes = static_cast<const float*>(s.data);
-  }
+  set_alibi(p, a.alibi_slopes, q, {out_span, lse_span});
 
   if (!(a.dropout_p >= 0.0f && a.dropout_p < 1.0f))
     fail("dropout_p", "must be in [0, 1) (0 disables), got ", a.dropout_p);

@@ -1,0 +1,72 @@
+// The serving entry points: attention_with_kvcache and apply_rotary (validation, then the host
+// backends or CUDA).
+#include "api/dispatch.hpp"
+#include "api/validate_kvcache.hpp"
+#include "cpu/decode.hpp"
+#include "cpu/kvcache_append.hpp"
+#include "reference/reference_kvcache.hpp"
+#include "tileattn/tileattn.hpp"
+
+#if defined(TILEATTN_WITH_CUDA)
+#include "cuda/cuda_kvcache.hpp"
+#endif
+
+namespace tileattn {
+
+namespace {
+
+[[noreturn]] void no_cuda_backend() {
+  throw Error(
+      "tileattn: argument 'ctx.backend': this build has no CUDA backend "
+      "(configure with -DTILEATTN_CUDA=ON)");
+}
+
+void require_host(Backend backend, Device device) {
+  if (device != Device::cpu)
+    throw Error(std::string("tileattn: argument 'ctx.backend': the ") + to_string(backend) +
+                " backend needs host tensors");
+}
+
+}  // namespace
+
+void apply_rotary(const RotaryArgs& args, const Context& ctx) {
+  const detail::RotaryParams p = detail::validate_rotary(args);
+  const Backend backend = detail::resolve_backend(ctx, p.device);
+  if (backend == Backend::cuda) {
+#if defined(TILEATTN_WITH_CUDA)
+    if (p.device != Device::cuda)
+      throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
+    detail::cuda_apply_rotary(p, ctx.cuda_stream);
+    return;
+#else
+    no_cuda_backend();
+#endif
+  }
+  require_host(backend, p.device);
+  detail::run_on_host([&] { detail::cpu_apply_rotary(p, ctx.threads); });
+}
+
+void attention_with_kvcache(const KvCacheArgs& args, const Context& ctx) {
+  const detail::KvCacheParams p = detail::validate_kvcache(args);
+  const Backend backend = detail::resolve_backend(ctx, p.attn.device);
+  if (backend == Backend::cuda) {
+#if defined(TILEATTN_WITH_CUDA)
+    if (p.attn.device != Device::cuda)
+      throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
+    detail::cuda_attention_with_kvcache(p, ctx.cuda_stream);
+    return;
+#else
+    no_cuda_backend();
+#endif
+  }
+  require_host(backend, p.attn.device);
+  detail::run_on_host([&] {
+    if (p.has_new()) detail::cpu_kvcache_append(p, ctx.threads);
+    if (backend == Backend::reference)
+      detail::reference_kvcache(p, ctx.threads);
+    else
+      detail::cpu_kvcache_attention(p, ctx.threads, ctx.cpu_isa);
+  });
+}
+
+}  // namespace tileattn
