@@ -7,6 +7,9 @@
 #                                        varlen_bench (after python: python/bench/varlen.py,
 #                                        causal and not, forward and forward + backward,
 #                                        VARLEN_ARGS)
+#                                        decode_bench (after python: python/bench/decode.py,
+#                                        tileattn's KV-cache decode vs PyTorch SDPA cuDNN / FA2
+#                                        and a copy, DECODE_ARGS; then --lq 4 and paged 16/256)
 #                                        sanitize race_repeat
 #                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80)
 #                                        bwd_parts duel (DUEL_*: tileattn vs cuDNN alternately)
@@ -237,6 +240,14 @@ if has_stage varlen_bench; then  # after python: python/bench/varlen.py (VARLEN_
   for args in "--causal" "--causal --backward" "" "--backward"; do
     (cd /tmp && timeout 200 /tmp/tileattn-venv/bin/python "$ROOT/python/bench/varlen.py" $args \
       ${VARLEN_ARGS:-}) 2>&1 | tail -8 | tee -a "$OUT/varlen.txt" | tee -a "$SUMMARY"
+  done
+fi
+if has_stage decode_bench; then  # after python: python/bench/decode.py (DECODE_ARGS)
+  stage_mark decode_bench
+  for args in "" "--lq 4 --torch= --batches 1,64 --lengths 16384" \
+    "--block-sizes 16,256 --torch= --batches 1,8 --lengths 4096,131072"; do
+    (cd /tmp && timeout 240 /tmp/tileattn-venv/bin/python "$ROOT/python/bench/decode.py" $args \
+      ${DECODE_ARGS:-}) 2>&1 | tail -22 | tee -a "$OUT/decode.txt" | tee -a "$SUMMARY"
   done
 fi
 if has_stage sanitize; then

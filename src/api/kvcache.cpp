@@ -15,11 +15,13 @@ namespace tileattn {
 
 namespace {
 
+#if !defined(TILEATTN_WITH_CUDA)
 [[noreturn]] void no_cuda_backend() {
   throw Error(
       "tileattn: argument 'ctx.backend': this build has no CUDA backend "
       "(configure with -DTILEATTN_CUDA=ON)");
 }
+#endif
 
 void require_host(Backend backend, Device device) {
   if (device != Device::cpu)

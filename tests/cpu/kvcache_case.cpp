@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -279,6 +280,59 @@ void KvProblem::expected(std::vector<float>& out_ref, std::vector<float>& lse_re
         const std::int64_t li = c.varlen ? h * cu_q.back() + row : (b * c.Hq + h) * Lq + i;
         lse_ref[static_cast<std::size_t>(li)] = lb.get(h * Lq + i);
       }
+  }
+}
+
+void expect_matches_oracle(const KvProblem& p, double tol_f32_out, double tol_16bit_out,
+                           double lse_tol) {
+  std::vector<float> out_ref, lse_ref;
+  p.expected(out_ref, lse_ref);
+  const ErrorStats e = compare(p.out.to_f32(), out_ref);
+  EXPECT_EQ(e.nonfinite, 0) << e.str();
+  const double tol = p.out.dtype() == DType::f32 ? tol_f32_out : tol_16bit_out;
+  EXPECT_LE(e.rel_l2, tol) << e.str();
+  const LseStats l = compare_lse(p.lse.to_f32(), lse_ref);
+  EXPECT_EQ(l.mismatched_inf, 0) << l.str();
+  EXPECT_LE(l.max_abs, lse_tol) << l.str();
+  EXPECT_TRUE(p.out.padding_intact()) << "a write outside out's logical elements";
+}
+
+// The append wrote exactly each sequence's new rows (rotated keys, values as given) and left
+// every other byte of both caches as it was.
+void expect_append_exact(const KvProblem& p) {
+  const std::int64_t Hkv = p.c.Hkv, D = p.c.D, Dv = p.c.Dv;
+  std::vector<bool> written(static_cast<std::size_t>(p.k_cache.numel() / (Hkv * D)), false);
+  for (std::int64_t b = 0; b < p.B; ++b) {
+    const std::int64_t len = p.c.cache_len[static_cast<std::size_t>(b)];
+    for (std::int64_t t = 0; t < p.new_count(b); ++t) {
+      const std::int64_t row = p.cache_row(b, len + t);
+      written[static_cast<std::size_t>(row)] = true;
+      const std::int64_t src = p.c.varlen ? p.first_new_row(b) + t : b * p.c.len_new + t;
+      for (std::int64_t h = 0; h < Hkv; ++h) {
+        const std::vector<float> key = p.expected_key(b, len + t, h);
+        for (std::int64_t d = 0; d < D; ++d)
+          ASSERT_EQ(p.k_cache.get((row * Hkv + h) * D + d), key[static_cast<std::size_t>(d)])
+              << "k_cache row " << row << " (sequence " << b << ", key " << len + t << ") head "
+              << h << " dim " << d;
+        for (std::int64_t d = 0; d < Dv; ++d)
+          ASSERT_EQ(p.v_cache.get((row * Hkv + h) * Dv + d), p.v_new.get((src * Hkv + h) * Dv + d))
+              << "v_cache row " << row << " head " << h << " dim " << d;
+      }
+    }
+  }
+  const std::size_t esize = size_of(p.dtype);
+  for (std::size_t r = 0; r < written.size(); ++r) {
+    if (written[r]) continue;
+    const std::size_t kb = static_cast<std::size_t>(Hkv * D) * esize,
+                      vb = static_cast<std::size_t>(Hkv * Dv) * esize;
+    ASSERT_EQ(std::memcmp(p.k_cache.bytes().data() + r * kb,
+                          p.k_cache_before.bytes().data() + r * kb, kb),
+              0)
+        << "k_cache row " << r << " changed but is not an appended row";
+    ASSERT_EQ(std::memcmp(p.v_cache.bytes().data() + r * vb,
+                          p.v_cache_before.bytes().data() + r * vb, vb),
+              0)
+        << "v_cache row " << r << " changed but is not an appended row";
   }
 }
 

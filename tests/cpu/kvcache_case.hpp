@@ -70,4 +70,13 @@ struct KvProblem {
 void rope_f32(float* x, std::int64_t rotary_dim, bool interleaved, const HostTensor& cos,
               const HostTensor& sin, std::int64_t pos);
 
+// out (f32 out: relative L2 within tol_f32_out, else tol_16bit_out) and lse (max abs lse_tol)
+// against the oracle; no non-finite value, no write outside out's logical elements.
+void expect_matches_oracle(const KvProblem& p, double tol_f32_out, double tol_16bit_out,
+                           double lse_tol);
+
+// The append wrote exactly each sequence's new rows (keys rotated by the test's RoPE, values as
+// given) and left every other byte of both caches as it was.
+void expect_append_exact(const KvProblem& p);
+
 }  // namespace tileattn::test

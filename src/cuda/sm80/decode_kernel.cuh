@@ -1,0 +1,387 @@
+// Split-KV attention over a KV cache for sm80+ (Ampere, Ada, Hopper): one CTA owns a 16-row tile
+// of (query row, head of the kv group) pairs of one sequence and kv head, and one split of the
+// keys. The group's heads share the tile, so each K and V row is read from memory once per
+// split for all of them. K/V blocks of kBlockN keys stream through a cp.async pipeline into
+// swizzled shared memory, gathered row by row from the cache's pages; each of the four warps
+// takes 16 keys of a block (S = Q K^T, online softmax, O += P V with mma.sync m16n8k16), and at
+// the end the warps' partial results are merged through shared memory into the split's result,
+// which combine_kernel (decode.cu) merges across splits.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/elements.cuh"
+#include "cuda/common/poison.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/decode_params.hpp"
+#include "cuda/sm80/tile_io.cuh"
+
+namespace tileattn::cuda {
+
+struct DecodeConfig {
+  int head_dim;  // bucket: 64, 128 or 256 (D and Dv at most this)
+  int block_n;   // keys per pipeline stage: 16 per warp
+  int stages;
+  static constexpr int kWarps = 4;
+  __host__ __device__ constexpr int threads() const { return kWarps * 32; }
+  __host__ __device__ constexpr int pitch() const { return head_dim; }
+  __host__ __device__ constexpr int smem_bytes() const {
+    const int tiles = (kDecodeRows + stages * 2 * block_n) * pitch() * 2;
+    const int merge = kWarps * kDecodeRows * (head_dim + 4) * 4;  // warps' partials, f32
+    return tiles > merge ? tiles : merge;
+  }
+};
+
+__host__ __device__ constexpr DecodeConfig decode_config(int bucket) {
+  return bucket <= 64 ? DecodeConfig{64, 64, 4}
+                      : bucket <= 128 ? DecodeConfig{128, 64, 3} : DecodeConfig{256, 64, 2};
+}
+
+// Key j of sequence b: its K (or V) row, with the head's offset already in `base`. Block indices
+// outside the pool are clamped (device tables are not validated; the result is then wrong, but
+// no memory outside the cache is touched).
+__device__ __forceinline__ std::int64_t cache_offset(const DecodeParams& p, int b, int j,
+                                                     std::int64_t stride_blk,
+                                                     std::int64_t stride_row) {
+  std::int64_t blk, row;
+  if (p.block_table != nullptr) {
+    const int page = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
+    row = p.block_shift >= 0 ? j & (p.block_size - 1) : j - page * p.block_size;
+    blk = p.block_table[b * p.block_table_stride + page];
+  } else {
+    blk = p.batch_idx != nullptr ? p.batch_idx[b] : b;
+    row = j;
+  }
+  blk = blk < 0 ? 0 : (blk >= p.num_blocks ? p.num_blocks - 1 : blk);
+  return blk * stride_blk + row * stride_row;
+}
+
+// Row i's visible keys [first, last) among Lk keys of a sequence with Lq query rows
+// (bottom-right aligned window; causal is window_right = 0).
+__device__ __forceinline__ void visible_range(const DecodeParams& p, int i, int lq, int lk,
+                                              int& first, int& last) {
+  const int pos = i + lk - lq;
+  first = 0;
+  last = lk;
+  if (p.window_left >= 0 && pos - p.window_left > first) first = pos - p.window_left;
+  if (p.window_right >= 0 && pos + p.window_right + 1 < last) last = pos + p.window_right + 1;
+  if (first > last) first = last;
+  if (last < 0) first = last = 0;
+}
+
+template <typename T, int kBucket>
+__global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
+    decode_kernel(const __grid_constant__ DecodeParams p) {
+  constexpr DecodeConfig cfg = decode_config(kBucket);
+  constexpr int kDim = cfg.head_dim, kPitch = cfg.pitch(), kBlockN = cfg.block_n;
+  constexpr int kStages = cfg.stages, kThreads = cfg.threads();
+  constexpr int kDTiles = kDim / 8;
+  constexpr int kChunks = kDim / 8;
+  static_assert(kBlockN == 16 * DecodeConfig::kWarps, "each warp takes 16 keys of a block");
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* const q_tile = reinterpret_cast<T*>(smem);
+  T* const kv_tiles = q_tile + kDecodeRows * kPitch;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int split = static_cast<int>(blockIdx.x);
+  const int h = static_cast<int>(blockIdx.y) % p.heads_kv;
+  const int tile = static_cast<int>(blockIdx.y) / p.heads_kv;
+  const int b = static_cast<int>(blockIdx.z);
+  const int lq = query_count(p, b), lk = key_count(p, b);
+  const int q_first_row = p.cu_seqlens_q != nullptr ? p.cu_seqlens_q[b] : 0;
+
+  const std::int64_t part_row0 =
+      ((((static_cast<std::int64_t>(b) * p.heads_kv + h) * p.row_tiles + tile) * p.splits) +
+       split) *
+      kDecodeRows;
+  float* const part_out = p.part_out + part_row0 * p.dim_v;
+  float* const part_lse = p.part_lse + part_row0;
+
+  // The tile's rows: packed row pr = tile * 16 + r is query row pr / group, head pr % group.
+  const int pr0 = tile * kDecodeRows;
+  const int i_first = pr0 / p.group;
+  const int i_last = min(lq - 1, (pr0 + kDecodeRows - 1) / p.group);
+  int lo = lk, hi = 0;  // keys some row of the tile sees
+  if (i_first <= i_last) {
+    int f, l;
+    visible_range(p, i_first, lq, lk, f, l);
+    lo = f;
+    visible_range(p, i_last, lq, lk, f, l);
+    hi = l;
+  }
+  const int k0 = lo + split * p.split_keys;
+  const int k1 = min(hi, k0 + p.split_keys);
+  if (k0 >= k1) {  // nothing to see in this split
+    for (int idx = tid; idx < kDecodeRows; idx += kThreads) part_lse[idx] = -INFINITY;
+    return;
+  }
+
+  // This thread's two rows (g, g + 8): their visible keys within the split.
+  int row_first[2], row_last[2];
+  bool row_valid[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int pr = pr0 + g + 8 * hh, i = pr / p.group;
+    row_valid[hh] = i < lq;
+    int f = 0, l = 0;
+    if (row_valid[hh]) visible_range(p, i, lq, lk, f, l);
+    row_first[hh] = max(f, k0);
+    row_last[hh] = min(l, k1);
+  }
+  // Keys every valid row of the tile sees (blocks inside need no per-element masking).
+  int all_first = k0, all_last = k1;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)
+    if (row_valid[hh]) {
+      all_first = max(all_first, row_first[hh]);
+      all_last = min(all_last, row_last[hh]);
+    }
+  all_first = __reduce_max_sync(0xffffffffu, all_first);
+  all_last = __reduce_min_sync(0xffffffffu, all_last);
+
+  const std::int64_t esize = 2;
+  const char* const k_base =
+      static_cast<const char*>(p.k) + static_cast<std::int64_t>(h) * p.k_stride_h * esize;
+  const char* const v_base =
+      static_cast<const char*>(p.v) + static_cast<std::int64_t>(h) * p.v_stride_h * esize;
+
+  // K and V rows of block n0 into slot `slot`: 16-byte copies of gathered rows (zero past k1).
+  auto load_kv = [&](int n0, int slot) {
+    T* const k_tile = kv_tiles + slot * 2 * kBlockN * kPitch;
+    T* const v_tile = k_tile + kBlockN * kPitch;
+    if (p.vector_loads) {
+      for (int idx = tid; idx < kBlockN * kChunks; idx += kThreads) {
+        const int row = idx / kChunks, chunk = idx % kChunks, j = n0 + row;
+        const bool key_ok = j < k1;
+        const std::int64_t ko = key_ok ? cache_offset(p, b, j, p.k_stride_blk, p.k_stride_row) : 0;
+        const std::int64_t vo = key_ok ? cache_offset(p, b, j, p.v_stride_blk, p.v_stride_row) : 0;
+        const bool k_ok = key_ok && chunk * 8 < p.dim, v_ok = key_ok && chunk * 8 < p.dim_v;
+        cp_async_16(smem_address(k_tile + swizzled<kPitch>(row, chunk)),
+                    k_ok ? k_base + (ko + chunk * 8) * esize : k_base, k_ok ? 16 : 0);
+        cp_async_16(smem_address(v_tile + swizzled<kPitch>(row, chunk)),
+                    v_ok ? v_base + (vo + chunk * 8) * esize : v_base, v_ok ? 16 : 0);
+      }
+    } else {
+      for (int idx = tid; idx < kBlockN * kDim; idx += kThreads) {
+        const int row = idx / kDim, col = idx % kDim, j = n0 + row;
+        float kx = 0.0f, vx = 0.0f;
+        if (j < k1) {
+          if (col < p.dim)
+            kx = load_elem(k_base, cache_offset(p, b, j, p.k_stride_blk, p.k_stride_row) + col,
+                           p.in_type);
+          if (col < p.dim_v)
+            vx = load_elem(v_base, cache_offset(p, b, j, p.v_stride_blk, p.v_stride_row) + col,
+                           p.in_type);
+        }
+        k_tile[swizzled<kPitch>(row, col >> 3) + (col & 7)] = MmaType<T>::from_float(kx);
+        v_tile[swizzled<kPitch>(row, col >> 3) + (col & 7)] = MmaType<T>::from_float(vx);
+      }
+    }
+  };
+
+  // Q: the tile's 16 (row, head) pairs, zero for rows past the sequence's end.
+  {
+    const char* const q_base = static_cast<const char*>(p.q);
+    for (int idx = tid; idx < kDecodeRows * kDim; idx += kThreads) {
+      const int r = idx / kDim, col = idx % kDim, pr = pr0 + r, i = pr / p.group;
+      const int hq = h * p.group + pr % p.group;
+      float x = 0.0f;
+      if (i < lq && col < p.dim)
+        x = load_elem(q_base,
+                      b * p.q_stride_b + static_cast<std::int64_t>(q_first_row + i) * p.q_stride_l +
+                          hq * p.q_stride_h + col,
+                      p.in_type);
+      q_tile[swizzled<kPitch>(r, col >> 3) + (col & 7)] = MmaType<T>::from_float(x);
+    }
+  }
+
+  const int n_blocks = (k1 - k0 + kBlockN - 1) / kBlockN;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_blocks) load_kv(k0 + s * kBlockN, s);
+    cp_async_commit();
+  }
+
+  float acc_o[kDTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_o[dt][e] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+  const bool general = p.softcap > 0.0f || p.alibi != nullptr;
+  float slope[2] = {0.0f, 0.0f};
+  int alibi_pos[2] = {0, 0};
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int pr = pr0 + g + 8 * hh;
+    alibi_pos[hh] = pr / p.group + lk - lq;
+    if (p.alibi != nullptr)
+      slope[hh] = p.alibi[b * p.alibi_stride_b + (h * p.group + pr % p.group) * p.alibi_stride_h];
+  }
+
+  const int mat = lane / 8, mat_row = lane % 8;
+  const int q_row = mat_row + (mat & 1) * 8, q_chunk = mat >> 1;
+  const int k_row = warp * 16 + mat_row + (mat >> 1) * 8, k_chunk = mat & 1;
+  const int v_row = warp * 16 + mat_row + (mat & 1) * 8, v_chunk = mat >> 1;
+
+  for (int blk = 0; blk < n_blocks; ++blk) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (blk + kStages - 1 < n_blocks) load_kv(k0 + (blk + kStages - 1) * kBlockN, (blk + kStages - 1) % kStages);
+    cp_async_commit();
+
+    T* const k_tile = kv_tiles + (blk % kStages) * 2 * kBlockN * kPitch;
+    T* const v_tile = k_tile + kBlockN * kPitch;
+    const int n0 = k0 + blk * kBlockN;
+    const bool edge = n0 < all_first || n0 + kBlockN > all_last;
+
+    // A block where some row cannot see some key: V rows holding a non-finite element are
+    // zeroed and their K rows given a NaN (poison.cuh), so only rows that see them turn NaN.
+    if (edge) {
+      for (int idx = tid; idx < kBlockN * kChunks; idx += kThreads) {
+        const int row = idx / kChunks;
+        if (clear_nonfinite_chunk<T>(v_tile + swizzled<kPitch>(row, idx % kChunks)))
+          k_tile[swizzled<kPitch>(row, 0)] = nan_element<T>();
+      }
+      __syncthreads();
+    }
+
+    // S = Q K^T for this warp's 16 keys: two n8 tiles.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int ks = 0; ks < kDim / 16; ++ks) {
+      std::uint32_t a[4], kb[4];
+      ldmatrix_x4(a, smem_address(q_tile + swizzled<kPitch>(q_row, ks * 2 + q_chunk)));
+      ldmatrix_x4(kb, smem_address(k_tile + swizzled<kPitch>(k_row, ks * 2 + k_chunk)));
+      mma_16816<T>(s[0], a, kb[0], kb[1]);
+      mma_16816<T>(s[1], a, kb[2], kb[3]);
+    }
+
+    // Scores in base-2 units, NaN where not finite, -inf where the row cannot see the key.
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][2 * hh + e];
+          const int key = n0 + warp * 16 + nt * 8 + 2 * t + e;
+          if (general) {
+            x = as_score_or_nan(x * p.scale);
+            if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+            if (p.alibi != nullptr) x -= slope[hh] * fabsf(static_cast<float>(alibi_pos[hh] - key));
+            x *= 1.4426950408889634f;
+          } else {
+            x = as_score_or_nan(x * p.scale_log2);
+          }
+          if (edge && (key < row_first[hh] || key >= row_last[hh])) x = -INFINITY;
+        }
+
+    // Online softmax over the warp's keys (rows g, g + 8; the quad holds a row's 16 keys).
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float m = fmaxf(fmaxf(s[0][2 * hh], s[0][2 * hh + 1]), fmaxf(s[1][2 * hh], s[1][2 * hh + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      m = fmaxf(row_max[hh], m);
+      const float base = m == -INFINITY ? 0.0f : m;
+      const float rescale = exp2_approx(row_max[hh] - base);
+      row_max[hh] = m;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][2 * hh + e];
+          x = exp2_approx(x - base);
+          sum += x;
+        }
+      row_sum[hh] = row_sum[hh] * rescale + sum;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        acc_o[dt][2 * hh] *= rescale;
+        acc_o[dt][2 * hh + 1] *= rescale;
+      }
+    }
+
+    // O += P V: the two n8 tiles of P are the A fragment of one k16 step.
+    std::uint32_t pa[4];
+    pa[0] = MmaType<T>::pack(s[0][0], s[0][1]);
+    pa[1] = MmaType<T>::pack(s[0][2], s[0][3]);
+    pa[2] = MmaType<T>::pack(s[1][0], s[1][1]);
+    pa[3] = MmaType<T>::pack(s[1][2], s[1][3]);
+#pragma unroll
+    for (int dp = 0; dp < kDTiles / 2; ++dp) {
+      std::uint32_t vb[4];
+      ldmatrix_x4_trans(vb, smem_address(v_tile + swizzled<kPitch>(v_row, dp * 2 + v_chunk)));
+      mma_16816<T>(acc_o[2 * dp], pa, vb[0], vb[1]);
+      mma_16816<T>(acc_o[2 * dp + 1], pa, vb[2], vb[3]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the warps' merge buffer
+
+  // Each warp's partial rows: O (unnormalised), max, sum and a poison flag, in shared memory.
+  constexpr int kRowPitch = kDim + 4;
+  float* const merge = reinterpret_cast<float*>(smem);  // [warps][16][kRowPitch]
+  float* const warp_rows = merge + warp * kDecodeRows * kRowPitch;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float* const row = warp_rows + (g + 8 * hh) * kRowPitch;
+    float check = 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      row[dt * 8 + 2 * t] = acc_o[dt][2 * hh];
+      row[dt * 8 + 2 * t + 1] = acc_o[dt][2 * hh + 1];
+      if (dt * 8 + 2 * t < p.dim_v) check = fmaf(acc_o[dt][2 * hh], 0.0f, check);
+      if (dt * 8 + 2 * t + 1 < p.dim_v) check = fmaf(acc_o[dt][2 * hh + 1], 0.0f, check);
+    }
+    float l = row_sum[hh];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    check += __shfl_xor_sync(0xffffffffu, check, 1);
+    check += __shfl_xor_sync(0xffffffffu, check, 2);
+    if (t == 0) {
+      row[kDim] = row_max[hh];
+      row[kDim + 1] = l;
+      row[kDim + 2] = row_poisoned(l, check) ? 1.0f : 0.0f;
+    }
+  }
+  __syncthreads();
+
+  // Merge the warps: lse = log2-sum over warps, out = their weighted sum / total.
+  for (int idx = tid; idx < kDecodeRows * p.dim_v; idx += kThreads) {
+    const int r = idx / p.dim_v, d = idx % p.dim_v;
+    float m = -INFINITY;
+    bool poisoned = false;
+#pragma unroll
+    for (int w = 0; w < DecodeConfig::kWarps; ++w) {
+      const float* row = merge + (w * kDecodeRows + r) * kRowPitch;
+      m = fmaxf(m, row[kDim]);
+      poisoned |= row[kDim + 2] != 0.0f;
+    }
+    float total = 0.0f, acc = 0.0f;
+    if (m != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < DecodeConfig::kWarps; ++w) {
+        const float* row = merge + (w * kDecodeRows + r) * kRowPitch;
+        if (row[kDim] == -INFINITY) continue;
+        const float weight = exp2_approx(row[kDim] - m);
+        total += row[kDim + 1] * weight;
+        acc += row[d] * weight;
+      }
+    }
+    const float value = poisoned ? NAN : (total > 0.0f ? acc / total : 0.0f);
+    part_out[r * p.dim_v + d] = value;
+    if (d == 0)
+      part_lse[r] = poisoned ? NAN : (total > 0.0f ? (m + __log2f(total)) * 0.6931471805599453f : -INFINITY);
+  }
+}
+
+}  // namespace tileattn::cuda
