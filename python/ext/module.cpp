@@ -5,10 +5,12 @@
 #include "attention_calls.hpp"
 #include "build_info.hpp"
 #include "errors.hpp"
+#include "kvcache_calls.hpp"
 
 NB_MODULE(_tileattn, m) {
   m.doc() = "tileattn's compiled core; use the tileattn package's functions instead.";
   tileattn::python::register_errors(m);
   tileattn::python::register_build_info(m);
   tileattn::python::register_attention_calls(m);
+  tileattn::python::register_kvcache_calls(m);
 }

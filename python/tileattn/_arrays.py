@@ -84,6 +84,24 @@ class Allocator:
                    f"{type(like).__qualname__} ({self.argument}'s type)")
 
 
+    def full_i32(self, shape, value: int, name: str):
+        """An int32 array of ``value`` on like's device (an int argument the library takes as an
+        int32 array, e.g. ``cache_seqlens=5``)."""
+        like = self.like
+        if _torch_tensor(like):
+            import torch
+            return torch.full(shape, value, dtype=torch.int32, device=like.device)
+        if _cupy_array(like):
+            import cupy
+            with cupy.cuda.Device(like.device.id):
+                return cupy.full(shape, value, dtype=cupy.int32)
+        if dlpack_device(like)[0] in (_DLPACK_CPU, _DLPACK_CUDA_HOST):
+            return np.full(shape, value, dtype=np.int32)
+        fail(name, f"pass an int32 array: tileattn makes one from an int for numpy, torch and "
+                   f"cupy arrays and CPU arrays, not for {type(like).__module__}."
+                   f"{type(like).__qualname__} ({self.argument}'s type)")
+
+
 def workspace_allocator(x):
     """For torch CUDA tensors, the CUDA backward's workspace from PyTorch's caching allocator
     (None: the library's own stream-ordered pool)."""

@@ -1,6 +1,7 @@
 """Drop-ins for FlashAttention's ``flash_attn_func``, ``flash_attn_kvpacked_func`` and
-``flash_attn_qkvpacked_func`` and their varlen forms (``flash_attn_varlen_func``,
-``flash_attn_varlen_kvpacked_func``, ``flash_attn_varlen_qkvpacked_func``), computed by tileattn.
+``flash_attn_qkvpacked_func``, their varlen forms (``flash_attn_varlen_func``,
+``flash_attn_varlen_kvpacked_func``, ``flash_attn_varlen_qkvpacked_func``) and
+``flash_attn_with_kvcache``, computed by tileattn.
 
 Same arguments, defaults, layouts (BSHD: ``(batch, seqlen, nheads, headdim)``) and return
 conventions as FlashAttention 2.6+; ``causal`` is bottom-right aligned, ``window_size`` is
@@ -18,14 +19,15 @@ conventions as FlashAttention 2.6+; ``causal`` is bottom-right aligned, ``window
     ``(nheads, total_q)``; ``return_attn_probs`` with dropout and ``block_table`` (paged KV)
     raise ``NotImplementedError``. Every backend runs varlen batches, CPU and CUDA, forward
     and backward.
+  * ``flash_attn_with_kvcache``: see its docstring.
 """
 
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
-from ._common import draw_rng, run
+from ._common import draw_rng, run, run_kvcache
 from ._math import keep_mask, probabilities
 
 _U64 = 1 << 64
@@ -167,3 +169,58 @@ def flash_attn_varlen_qkvpacked_func(qkv: Tensor, cu_seqlens: Tensor, max_seqlen
     return _flash_varlen(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen,
                          max_seqlen, dropout_p, softmax_scale, causal, window_size, softcap,
                          alibi_slopes, deterministic, return_attn_probs, None)
+
+
+def flash_attn_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
+                            k: Optional[Tensor] = None, v: Optional[Tensor] = None,
+                            rotary_cos: Optional[Tensor] = None,
+                            rotary_sin: Optional[Tensor] = None,
+                            cache_seqlens: Optional[Union[int, Tensor]] = None,
+                            cache_batch_idx: Optional[Tensor] = None,
+                            cache_leftpad: Optional[Tensor] = None,
+                            block_table: Optional[Tensor] = None,
+                            softmax_scale: Optional[float] = None, causal: bool = False,
+                            window_size=(-1, -1), softcap: float = 0.0,
+                            rotary_interleaved: bool = True,
+                            alibi_slopes: Optional[Tensor] = None, num_splits: int = 0,
+                            return_softmax_lse: bool = False):
+    """FlashAttention 2's ``flash_attn_with_kvcache``: attention of q over a KV cache, appending
+    ``k``/``v`` to the cache in place first (the ``tileattn::attention_with_kvcache`` custom
+    op, which ``torch.compile(fullgraph=True)`` traces; it declares the caches mutated).
+
+    q ``(batch, seqlen_q, nheads, headdim)``; k_cache, v_cache ``(batch_cache, seqlen_cache,
+    nheads_k, headdim)``, or paged ``(num_blocks, page_block_size, nheads_k, headdim)`` with
+    ``block_table`` int32 ``(batch, max_num_blocks_per_seq)`` (any ``page_block_size`` >= 1,
+    not only multiples of 256); k, v ``(batch, seqlen_new, nheads_k, headdim)``, written at rows
+    ``cache_seqlens[b] ..`` of sequence b (rotated by ``rotary_cos``/``rotary_sin``
+    ``(seqlen_ro, rotary_dim / 2)`` first when given); ``cache_seqlens`` an int or int32
+    ``(batch,)`` — None means every cache is full (``seqlen_cache``, or
+    ``max_num_blocks_per_seq * page_block_size``); ``cache_batch_idx`` int32 ``(batch,)``
+    picks cache entries. ``causal`` and ``window_size`` are bottom-right aligned. With rotary,
+    q is rotated at positions ``cache_seqlens + i`` when causal or windowed, else all at
+    ``cache_seqlens``. ``cache_seqlens`` is not advanced: the caller does that.
+
+    Returns ``out (batch, seqlen_q, nheads, headdim)``, or ``(out, softmax_lse (batch, nheads,
+    seqlen_q))`` with ``return_softmax_lse``.
+
+    Inference only: no autograd (the output does not require grad; inputs that do are read as
+    data). Differences from FlashAttention:
+
+      * ``cache_leftpad`` is not supported (``NotImplementedError`` when given);
+      * an int ``cache_seqlens`` is broadcast to q's batch (FlashAttention uses
+        ``k_cache.shape[0]``, which differs for a paged cache);
+      * a cache too small for the append, a block index out of range, rotary tables too short
+        for the positions used, or (CPU) ``cache_batch_idx`` naming an entry twice while
+        appending are refused with ``tileattn.Error``;
+      * ``softmax_lse`` of a row that sees no key is -inf (FlashAttention writes +inf);
+      * float32 inputs are accepted as well; rotary tables of another float dtype than q's or
+        float32 are converted to float32.
+    """
+    if cache_leftpad is not None:
+        raise NotImplementedError("tileattn: argument 'cache_leftpad': left-padded caches are "
+                                  "not supported by flash_attn_with_kvcache")
+    out, lse = run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                           cache_batch_idx, block_table, softmax_scale, causal,
+                           _check_window(window_size), softcap, rotary_interleaved,
+                           alibi_slopes, num_splits, need_lse=return_softmax_lse)
+    return (out, lse) if return_softmax_lse else out

@@ -1,5 +1,6 @@
-"""``tileattn.torch.attention`` (every tileattn option, differentiable) and the drop-in for
-``torch.nn.functional.scaled_dot_product_attention``."""
+"""``tileattn.torch.attention`` (every tileattn option, differentiable),
+``tileattn.torch.attention_with_kvcache`` (every option of the KV-cache operator, inference) and
+the drop-in for ``torch.nn.functional.scaled_dot_product_attention``."""
 
 import math
 from typing import Optional
@@ -9,7 +10,8 @@ from torch import Tensor
 
 from .._options import ALIGNMENTS, choice, layout_is_bhsd, window_pair
 from . import _ops
-from ._common import _plain_eager_call, run
+from ._common import _plain_eager_call, run, run_kvcache
+from .flash import _check_window
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
@@ -29,6 +31,35 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
                    softcap=softcap, dropout_p=dropout_p, bhsd=layout_is_bhsd(layout),
                    deterministic=deterministic)
     return (out, lse) if return_lse else out
+
+
+def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
+                           k: Optional[Tensor] = None, v: Optional[Tensor] = None,
+                           rotary_cos: Optional[Tensor] = None,
+                           rotary_sin: Optional[Tensor] = None, cache_seqlens=None,
+                           cache_batch_idx: Optional[Tensor] = None,
+                           block_table: Optional[Tensor] = None,
+                           softmax_scale: Optional[float] = None, causal: bool = False,
+                           window_size=(-1, -1), softcap: float = 0.0,
+                           rotary_interleaved: bool = True,
+                           alibi_slopes: Optional[Tensor] = None, num_splits: int = 0,
+                           return_softmax_lse: bool = False, *,
+                           cu_seqlens_q: Optional[Tensor] = None,
+                           max_seqlen_q: Optional[int] = None,
+                           cu_seqlens_k_new: Optional[Tensor] = None):
+    """``tileattn.attention_with_kvcache`` for torch tensors, through the
+    ``tileattn::attention_with_kvcache`` custom op (traceable by
+    ``torch.compile(fullgraph=True)``; the caches are declared mutated): every option, varlen
+    queries (``cu_seqlens_q``, ``max_seqlen_q``) and new keys (``cu_seqlens_k_new``) included.
+    Inference only: no autograd. ``cache_seqlens``: int32 ``[B]``, an int, or None for full
+    caches. Under ``torch.compile`` give ``max_seqlen_q`` with ``cu_seqlens_q`` (None reads the
+    offsets on the host). Returns ``out`` or ``(out, softmax_lse)``."""
+    out, lse = run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                           cache_batch_idx, block_table, softmax_scale, causal,
+                           _check_window(window_size), softcap, rotary_interleaved, alibi_slopes,
+                           num_splits, cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new,
+                           need_lse=return_softmax_lse)
+    return (out, lse) if return_softmax_lse else out
 
 
 def _to_rank4(x: Tensor, batch_shape) -> Tensor:
