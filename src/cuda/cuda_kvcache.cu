@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/rotary.cuh"
 #include "cuda/cuda_host.hpp"
 #include "cuda/cuda_kvcache.hpp"
 #include "cuda/sm80/decode_launch.hpp"
-#include "cuda/common/rotary.cuh"
 #include "tileattn/tileattn.hpp"
 
 namespace tileattn::detail {
@@ -50,7 +50,8 @@ __global__ void __launch_bounds__(kThreads) append_kernel(const __grid_constant_
   if (t >= device_new_count(p, b)) return;
   const CacheLayout& c = p.cache;
   const std::int64_t j = p.cache_seqlens[b] + t;
-  const std::int64_t capacity = c.block_table != nullptr ? c.max_blocks * c.block_size : c.block_size;
+  const std::int64_t capacity =
+      c.block_table != nullptr ? c.max_blocks * c.block_size : c.block_size;
   if (j < 0 || j >= capacity) return;  // no room: device lengths are not validated
   std::int64_t blk, row;
   device_cache_slot(c, b, j, blk, row);
@@ -63,18 +64,16 @@ __global__ void __launch_bounds__(kThreads) append_kernel(const __grid_constant_
     const int h = idx / k_items;
     const char* src = static_cast<const char*>(p.k_new) +
                       (b * p.kn_stride_b + src_row * p.kn_stride_l + h * p.kn_stride_h) * 2;
-    char* dst = static_cast<char*>(c.k) + (blk * c.k_stride_blk + row * c.k_stride_row +
-                                           h * c.k_stride_h) *
-                                              2;
+    char* dst = static_cast<char*>(c.k) +
+                (blk * c.k_stride_blk + row * c.k_stride_row + h * c.k_stride_h) * 2;
     cuda::rotate_item(src, dst, type, p.rotary, j, dim, idx % k_items);
   }
   for (int idx = static_cast<int>(threadIdx.x); idx < heads * dim_v; idx += kThreads) {
     const int h = idx / dim_v, d = idx % dim_v;
     const char* src = static_cast<const char*>(p.v_new) +
                       (b * p.vn_stride_b + src_row * p.vn_stride_l + h * p.vn_stride_h) * 2;
-    char* dst = static_cast<char*>(c.v) + (blk * c.v_stride_blk + row * c.v_stride_row +
-                                           h * c.v_stride_h) *
-                                              2;
+    char* dst = static_cast<char*>(c.v) +
+                (blk * c.v_stride_blk + row * c.v_stride_row + h * c.v_stride_h) * 2;
     cuda::store_elem(dst, d, type, cuda::load_elem(src, d, type));
   }
 }
@@ -152,9 +151,9 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
       if (l != -INFINITY) total += expf(l - m);
     }
   const std::int64_t q_row = (a.cu_seqlens_q != nullptr ? a.cu_seqlens_q[b] : 0) + i;
-  char* const out = static_cast<char*>(a.out) +
-                    (b * a.o_stride_b + q_row * a.o_stride_l + hq * a.o_stride_h) *
-                        (a.out_dtype == DType::f32 ? 4 : 2);
+  char* const out =
+      static_cast<char*>(a.out) + (b * a.o_stride_b + q_row * a.o_stride_l + hq * a.o_stride_h) *
+                                      (a.out_dtype == DType::f32 ? 4 : 2);
   const cuda::ElemType out_type = cuda::elem_of(a.out_dtype);
   for (int c = lane; c < d.dim_v; c += 32) {
     float acc = poisoned ? NAN : 0.0f;

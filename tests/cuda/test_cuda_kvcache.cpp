@@ -48,9 +48,20 @@ struct DeviceKv {
   KvCacheArgs args;
 
   explicit DeviceKv(KvProblem& p)
-      : q(p.q), k_cache(p.k_cache), v_cache(p.v_cache), k_new(p.k_new), v_new(p.v_new),
-        cos(p.cos), sin(p.sin), out(p.out), lse(p.lse), seqlens(p.seqlens),
-        block_table(p.block_table), batch_idx(p.batch_idx), cu_q(p.cu_q), cu_new(p.cu_new),
+      : q(p.q),
+        k_cache(p.k_cache),
+        v_cache(p.v_cache),
+        k_new(p.k_new),
+        v_new(p.v_new),
+        cos(p.cos),
+        sin(p.sin),
+        out(p.out),
+        lse(p.lse),
+        seqlens(p.seqlens),
+        block_table(p.block_table),
+        batch_idx(p.batch_idx),
+        cu_q(p.cu_q),
+        cu_new(p.cu_new),
         slopes(p.slopes) {
     args = p.args();
     args.q = q.view();

@@ -36,8 +36,10 @@ __device__ __forceinline__ void rotate_item(const char* src, char* dst, ElemType
     float a = load_elem(src, ia, type), b = load_elem(src, ib, type);
     if (rotate) {
       const ElemType tt = elem_of(table.dtype);
-      const float c = load_elem(static_cast<const char*>(table.cos), pos * table.cos_stride + item, tt);
-      const float s = load_elem(static_cast<const char*>(table.sin), pos * table.sin_stride + item, tt);
+      const float c =
+          load_elem(static_cast<const char*>(table.cos), pos * table.cos_stride + item, tt);
+      const float s =
+          load_elem(static_cast<const char*>(table.sin), pos * table.sin_stride + item, tt);
       const float ra = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
       const float rb = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
       a = ra;

@@ -13,10 +13,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/decode_params.hpp"
 #include "cuda/common/elements.cuh"
 #include "cuda/common/poison.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/common/decode_params.hpp"
 #include "cuda/sm80/tile_io.cuh"
 
 namespace tileattn::cuda {
@@ -36,17 +36,16 @@ struct DecodeConfig {
 };
 
 __host__ __device__ constexpr DecodeConfig decode_config(int bucket) {
-  return bucket <= 64 ? DecodeConfig{64, 64, 4}
-                      : bucket <= 128 ? DecodeConfig{128, 64, 3} : DecodeConfig{256, 64, 2};
+  return bucket <= 64    ? DecodeConfig{64, 64, 4}
+         : bucket <= 128 ? DecodeConfig{128, 64, 3}
+                         : DecodeConfig{256, 64, 2};
 }
 
-// Key j of sequence b: its K (or V) row, with the head's offset already in `base`. Block indices
-// outside the pool are clamped (device tables are not validated; the result is then wrong, but
-// no memory outside the cache is touched).
-__device__ __forceinline__ std::int64_t cache_offset(const DecodeParams& p, int b, int j,
-                                                     std::int64_t stride_blk,
-                                                     std::int64_t stride_row) {
-  std::int64_t blk, row;
+// Key j of sequence b: the cache block and the row within it. Block indices outside the pool
+// are clamped (device tables are not validated; the result is then wrong, but no memory outside
+// the cache is touched).
+__device__ __forceinline__ void cache_slot(const DecodeParams& p, int b, int j, std::int64_t& blk,
+                                           std::int64_t& row) {
   if (p.block_table != nullptr) {
     const int page = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
     row = p.block_shift >= 0 ? j & (p.block_size - 1) : j - page * p.block_size;
@@ -56,7 +55,6 @@ __device__ __forceinline__ std::int64_t cache_offset(const DecodeParams& p, int 
     row = j;
   }
   blk = blk < 0 ? 0 : (blk >= p.num_blocks ? p.num_blocks - 1 : blk);
-  return blk * stride_blk + row * stride_row;
 }
 
 // Row i's visible keys [first, last) among Lk keys of a sequence with Lq query rows
@@ -158,8 +156,10 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
       for (int idx = tid; idx < kBlockN * kChunks; idx += kThreads) {
         const int row = idx / kChunks, chunk = idx % kChunks, j = n0 + row;
         const bool key_ok = j < k1;
-        const std::int64_t ko = key_ok ? cache_offset(p, b, j, p.k_stride_blk, p.k_stride_row) : 0;
-        const std::int64_t vo = key_ok ? cache_offset(p, b, j, p.v_stride_blk, p.v_stride_row) : 0;
+        std::int64_t blk = 0, slot_row = 0;
+        if (key_ok) cache_slot(p, b, j, blk, slot_row);
+        const std::int64_t ko = blk * p.k_stride_blk + slot_row * p.k_stride_row;
+        const std::int64_t vo = blk * p.v_stride_blk + slot_row * p.v_stride_row;
         const bool k_ok = key_ok && chunk * 8 < p.dim, v_ok = key_ok && chunk * 8 < p.dim_v;
         cp_async_16(smem_address(k_tile + swizzled<kPitch>(row, chunk)),
                     k_ok ? k_base + (ko + chunk * 8) * esize : k_base, k_ok ? 16 : 0);
@@ -171,11 +171,13 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
         const int row = idx / kDim, col = idx % kDim, j = n0 + row;
         float kx = 0.0f, vx = 0.0f;
         if (j < k1) {
+          std::int64_t blk, slot_row;
+          cache_slot(p, b, j, blk, slot_row);
           if (col < p.dim)
-            kx = load_elem(k_base, cache_offset(p, b, j, p.k_stride_blk, p.k_stride_row) + col,
+            kx = load_elem(k_base, blk * p.k_stride_blk + slot_row * p.k_stride_row + col,
                            p.in_type);
           if (col < p.dim_v)
-            vx = load_elem(v_base, cache_offset(p, b, j, p.v_stride_blk, p.v_stride_row) + col,
+            vx = load_elem(v_base, blk * p.v_stride_blk + slot_row * p.v_stride_row + col,
                            p.in_type);
         }
         k_tile[swizzled<kPitch>(row, col >> 3) + (col & 7)] = MmaType<T>::from_float(kx);
@@ -233,7 +235,8 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
   for (int blk = 0; blk < n_blocks; ++blk) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    if (blk + kStages - 1 < n_blocks) load_kv(k0 + (blk + kStages - 1) * kBlockN, (blk + kStages - 1) % kStages);
+    if (blk + kStages - 1 < n_blocks)
+      load_kv(k0 + (blk + kStages - 1) * kBlockN, (blk + kStages - 1) % kStages);
     cp_async_commit();
 
     T* const k_tile = kv_tiles + (blk % kStages) * 2 * kBlockN * kPitch;
@@ -283,7 +286,7 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
           if (edge && (key < row_first[hh] || key >= row_last[hh])) x = -INFINITY;
         }
 
-    // Online softmax over the warp's keys (rows g, g + 8; the quad holds a row's 16 keys).
+        // Online softmax over the warp's keys (rows g, g + 8; the quad holds a row's 16 keys).
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       float m = fmaxf(fmaxf(s[0][2 * hh], s[0][2 * hh + 1]), fmaxf(s[1][2 * hh], s[1][2 * hh + 1]));
@@ -380,7 +383,8 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
     const float value = poisoned ? NAN : (total > 0.0f ? acc / total : 0.0f);
     part_out[r * p.dim_v + d] = value;
     if (d == 0)
-      part_lse[r] = poisoned ? NAN : (total > 0.0f ? (m + __log2f(total)) * 0.6931471805599453f : -INFINITY);
+      part_lse[r] =
+          poisoned ? NAN : (total > 0.0f ? (m + __log2f(total)) * 0.6931471805599453f : -INFINITY);
   }
 }
 
