@@ -90,7 +90,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
 
     Args:
         q: ``[B, Lq, Hq, D]``, or ``[total_q, Hq, D]`` with ``cu_seqlens_q``; f32, f16 or bf16.
-        k_cache, v_cache: q's dtype, last dimension contiguous. Contiguous:
+        k_cache, v_cache: q's dtype (f16 or bf16 on CUDA), last dimension contiguous. Contiguous:
             ``[B_cache, Lmax, Hkv, D]`` / ``[B_cache, Lmax, Hkv, Dv]``, sequence b in entry
             ``cache_batch_idx[b]`` (default b). Paged (``block_table`` given):
             ``[num_blocks, block_size, Hkv, D]``; key j of sequence b is row
@@ -133,9 +133,10 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
         ``out``, or ``(out, softmax_lse)`` with ``return_softmax_lse``.
 
     Raises:
-        tileattn.Error: (a ValueError) an invalid argument, named in the message (among them a
-            cache too small for the append, or a block index out of range). Nothing is written
-            then.
+        tileattn.Error: (a ValueError) an invalid argument, named in the message; for host
+            arrays, a cache too small for the append or a block index out of range among them
+            (the CUDA backend does not read device-resident lengths and indices on the host: it
+            clamps them into the cache). Nothing is written then.
     """
     q, k, v = detach(q), detach(k), detach(v)
     k_cache, v_cache = detach(k_cache), detach(v_cache)

@@ -209,12 +209,15 @@ def flash_attn_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
       * ``cache_leftpad`` is not supported (``NotImplementedError`` when given);
       * an int ``cache_seqlens`` is broadcast to q's batch (FlashAttention uses
         ``k_cache.shape[0]``, which differs for a paged cache);
-      * a cache too small for the append, a block index out of range, rotary tables too short
-        for the positions used, or (CPU) ``cache_batch_idx`` naming an entry twice while
-        appending are refused with ``tileattn.Error``;
+      * for CPU tensors, a cache too small for the append, a block index out of range, rotary
+        tables too short for the positions used and ``cache_batch_idx`` naming an entry twice
+        while appending are refused with ``tileattn.Error``; the CUDA backend does not read
+        device-resident lengths and indices on the host (it clamps them into the cache), so
+        keep them in range there;
       * ``softmax_lse`` of a row that sees no key is -inf (FlashAttention writes +inf);
-      * float32 inputs are accepted as well; rotary tables of another float dtype than q's or
-        float32 are converted to float32.
+      * float32 inputs are accepted on the CPU (the CUDA backend takes float16 and bfloat16
+        caches, as FlashAttention); rotary tables of another float dtype than q's or float32
+        are converted to float32.
     """
     if cache_leftpad is not None:
         raise NotImplementedError("tileattn: argument 'cache_leftpad': left-padded caches are "
