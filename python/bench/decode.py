@@ -14,12 +14,18 @@ K/V is still credited with the cache's bytes). The copy's bandwidth counts read 
 
 Timing: every call is timed alone with CUDA events after a 256 MB buffer write has pushed the
 cache out of L2 (the caller's cache is cold in serving: other layers' caches ran in between);
-sides alternate call by call, back to back (no idle gap); medians of --calls calls.
+sides alternate call by call, back to back (no idle gap); medians of --calls calls. Each side
+is captured once into a CUDA graph and the graph replayed (--mode graph, the default: how
+serving runs decode steps, and what times the GPU work rather than the Python call's host
+time), or called from Python (--mode eager: a side whose host time exceeds the flush's GPU time
+is timed with the excess). The host time of one eager call of each side (microseconds, B 1 and
+the shortest length, 200 calls back to back) is printed first.
 """
 
 import argparse
 import random
 import statistics
+import time
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +41,27 @@ def timed_cold(fn, flush: torch.Tensor) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / 1e3
+
+
+def host_us(fn, calls: int = 200) -> float:
+    """Microseconds of host time per call: GPU work this small finishes before the next launch."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
+def as_graph(fn):
+    """fn captured into a CUDA graph (after a warm-up call); returns its replay."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
 
 
 def paged(k: torch.Tensor, v: torch.Tensor, block: int, seed: int):
@@ -67,13 +94,15 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--max-gib", type=float, default=9.0, help="skip shapes whose K+V exceed it")
     ap.add_argument("--torch", default="cudnn,flash", help="PyTorch back ends to time")
+    ap.add_argument("--mode", choices=["graph", "eager"], default="graph")
     args = ap.parse_args()
     dev = torch.device("cuda")
     dtype = torch.bfloat16
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"bf16 Hq {args.heads} Hkv {args.kv_heads} D {args.dim} Lq {args.lq}; GB/s = K+V bytes "
-          f"/ time (copy: read + write); median of {args.calls} cold calls, sides alternating")
+          f"/ time (copy: read + write); median of {args.calls} cold calls, sides alternating, "
+          f"{args.mode} mode")
     backends = {
         "cudnn": torch.nn.attention.SDPBackend.CUDNN_ATTENTION,
         "flash": torch.nn.attention.SDPBackend.FLASH_ATTENTION,
@@ -82,6 +111,7 @@ def main() -> None:
     header = ["B", "Lk", "tileattn"] + [f"paged{b}" for b in blocks] + \
         [f"torch-{n}" for n in args.torch.split(",") if n] + ["copy", "ta/copy", "ta/best-torch"]
     print(" | ".join(header))
+    printed_host = False
     for batch in [int(x) for x in args.batches.split(",")]:
         for length in [int(x) for x in args.lengths.split(",")]:
             kv_bytes = 2 * batch * length * args.kv_heads * args.dim * 2
@@ -128,6 +158,16 @@ def main() -> None:
             sides["copy"] = lambda: dst.copy_(src)
             for fn in sides.values():  # warm-up (and lazy initialisation)
                 fn()
+            if not printed_host:
+                print("host us per eager call: " + ", ".join(
+                    f"{name} {host_us(fn):.1f}" for name, fn in sides.items()), flush=True)
+                printed_host = True
+            if args.mode == "graph":
+                for name in list(sides):
+                    try:
+                        sides[name] = as_graph(sides[name])
+                    except RuntimeError as e:
+                        notes.append(f"{name}: eager (capture failed: {str(e).splitlines()[0][:60]})")
             times = {name: [] for name in sides}
             for _ in range(args.calls):
                 for name, fn in sides.items():

@@ -735,3 +735,40 @@ def test_cuda_varlen_and_apply_rotary_match_cpu():
     want = tt.apply_rotary_emb(x, cos, sin, seqlen_offsets=offs)
     got = tt.apply_rotary_emb(x.cuda(), cos.cuda(), sin.cuda(), seqlen_offsets=offs.cuda())
     assert torch.equal(got.cpu(), want)
+
+
+@needs_cuda
+def test_cuda_decode_step_replays_from_a_cuda_graph():
+    """A serving loop captures one decode step (append + attention) into a CUDA graph and
+    replays it with the lengths advanced in place: each replay equals the same step run eagerly
+    on a copy of the caches."""
+    torch.manual_seed(3)
+    dev = torch.device("cuda")
+    batch, heads, heads_kv, dim, cap = 3, 8, 2, 64, 512
+    k_cache = torch.randn(batch, cap, heads_kv, dim, device=dev, dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    seqlens = torch.tensor([5, 200, 31], dtype=torch.int32, device=dev)
+    q = torch.empty(batch, 1, heads, dim, device=dev, dtype=torch.bfloat16)
+    k_new = torch.empty(batch, 1, heads_kv, dim, device=dev, dtype=torch.bfloat16)
+    v_new = torch.empty_like(k_new)
+    eager_k, eager_v, eager_len = k_cache.clone(), v_cache.clone(), seqlens.clone()
+
+    def step(kc, vc, lens):
+        return tt.flash_attn_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lens,
+                                          causal=True)
+
+    step(k_cache.clone(), v_cache.clone(), seqlens)  # warm-up outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step(k_cache, v_cache, seqlens)
+    for _ in range(3):
+        q.normal_()
+        k_new.normal_()
+        v_new.normal_()
+        graph.replay()
+        want = step(eager_k, eager_v, eager_len)
+        torch.cuda.synchronize()
+        assert torch.equal(out, want)
+        assert torch.equal(k_cache, eager_k) and torch.equal(v_cache, eager_v)
+        seqlens += 1
+        eager_len += 1

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/decode_split_plan.hpp"
 #include "cuda/common/rotary.cuh"
 #include "cuda/cuda_host.hpp"
 #include "cuda/cuda_kvcache.hpp"
@@ -197,23 +198,22 @@ void cuda_attention_with_kvcache(const KvCacheParams& p, void* stream_ptr) {
   const CacheLayout& c = p.cache;
   const int B = static_cast<int>(a.batch);
 
-  // Split plan: the kernel's grid is (splits, row tiles x kv heads, batch); enough CTAs to fill
-  // every SM twice where the cache's capacity allows (device lengths are not read here).
+  // Split plan: the kernel's grid is (splits, row tiles x kv heads, batch), sized from the
+  // cache's capacity (device lengths are not read here) and the kernel's occupancy.
   const int bucket = cuda::decode_bucket(static_cast<int>(a.dim), static_cast<int>(a.dim_v));
   const int block_n = cuda::decode_block_n(bucket);
   const int group = static_cast<int>(a.heads_per_kv);
   const int row_tiles = static_cast<int>(
       std::max<std::int64_t>(1, (a.len_q * group + cuda::kDecodeRows - 1) / cuda::kDecodeRows));
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, a.device_index);
   const std::int64_t capacity = c.capacity();
-  const std::int64_t blocks_total = std::max<std::int64_t>(1, (capacity + block_n - 1) / block_n);
   const std::int64_t ctas = static_cast<std::int64_t>(B) * a.heads_kv * row_tiles;
-  std::int64_t splits = p.num_splits > 0 ? p.num_splits : (2 * sms + ctas - 1) / ctas;
-  splits = std::clamp<std::int64_t>(splits, 1, std::min<std::int64_t>(blocks_total, 128));
-  const std::int64_t split_blocks = (blocks_total + splits - 1) / splits;
-  splits = (blocks_total + split_blocks - 1) / split_blocks;
+  const cuda::DecodeSplitPlan plan = cuda::plan_decode_splits(
+      ctas, (capacity + block_n - 1) / block_n,
+      static_cast<std::int64_t>(sms) * cuda::decode_ctas_per_sm(elem_type(a.dtype), bucket),
+      p.num_splits);
+  const std::int64_t splits = plan.splits, split_blocks = plan.split_blocks;
 
   const std::int64_t q_rows = a.is_varlen() ? a.total_q : a.batch * a.len_q;
   const std::size_t q_bytes =

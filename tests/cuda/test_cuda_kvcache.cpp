@@ -216,8 +216,12 @@ TEST_P(CudaKvCache, SplitCountsAgree) {
       first = p.out.to_f32();
       continue;
     }
+    // Splits change where P is rounded to bf16 (against each split's running max) and the
+    // f32 sums' order, and the bf16 output rounds the difference to a whole ulp (2^-8 relative)
+    // on some elements: about 1e-4 relative L2 between split counts. A dropped or doubled
+    // split, a wrong merge weight, differs by far more (the oracle check above bounds each).
     const ErrorStats e = compare(p.out.to_f32(), first);
-    EXPECT_LE(e.rel_l2, 1e-5) << "num_splits " << splits << ": " << e.str();
+    EXPECT_LE(e.rel_l2, 2e-3) << "num_splits " << splits << ": " << e.str();
   }
 }
 

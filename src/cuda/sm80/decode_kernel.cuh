@@ -153,6 +153,10 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
     T* const k_tile = kv_tiles + slot * 2 * kBlockN * kPitch;
     T* const v_tile = k_tile + kBlockN * kPitch;
     if (p.vector_loads) {
+      // Unrolled so that the block-table reads of all of the thread's rows issue before their
+      // copies (a paged cache's page lookups would otherwise serialise with the copies).
+      static_assert(kBlockN * kChunks % kThreads == 0, "whole rounds of 16-byte copies");
+#pragma unroll
       for (int idx = tid; idx < kBlockN * kChunks; idx += kThreads) {
         const int row = idx / kChunks, chunk = idx % kChunks, j = n0 + row;
         const bool key_ok = j < k1;
