@@ -2,7 +2,8 @@
 // warm-up. With --backward also the backward's GFLOP/s (credited 2.5x the forward's FLOPs) and
 // its ratio to the forward's, both measured in the same run. Allocates only the tensors of the
 // call, so RSS stays near their size. (The naive baseline and the FMA peak the CPU bars are
-// measured against are developer benchmarks: bench/baselines.)
+// measured against are developer benchmarks: bench/baselines.) With --decode, the KV-cache
+// decode benchmark of decode_bench.cpp instead.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -16,6 +17,7 @@
 #include "bench_report.hpp"
 #include "commands.hpp"
 #include "cuda_staging.hpp"
+#include "decode.hpp"
 #include "library_info.hpp"
 #include "options.hpp"
 #include "timing.hpp"
@@ -32,6 +34,9 @@ struct BenchOptions {
   bool deterministic = false;
   double max_seconds = 120.0;  // per timed direction
   int enqueue_burst = 0;       // CUDA: calls per host-time burst (0 = not measured)
+  // --decode: attention_with_kvcache (decode.hpp)
+  bool decode = false;
+  DecodeBench decode_options;
 };
 
 struct BenchResult {
@@ -165,6 +170,31 @@ int bench(BenchOptions& o) {
   return 0;
 }
 
+// --decode, or the forward (and backward) benchmark; each refuses the other's options.
+int bench_or_decode(BenchOptions& o, const CLI::App& sub) {
+  if (!o.decode) {
+    refuse_options(sub, {"--block-size", "--num-splits", "--ceiling-mib"}, "needs --decode");
+    return bench(o);
+  }
+  refuse_options(sub,
+                 {"--varlen", "--dropout", "--backward", "--deterministic", "--enqueue-burst",
+                  "--f32-via-bf16"},
+                 "does not apply to bench --decode");
+  if (o.problem.causal == "top-left")
+    throw ToolError(
+        "--causal: bench --decode aligns the causal mask bottom-right (the KV cache's "
+        "alignment); top-left does not apply");
+  DecodeBench& d = o.decode_options;
+  d.problem = o.problem;
+  if (sub.count("--lq") == 0) d.problem.len_q = 1;     // one new token per sequence
+  if (sub.count("--lk") == 0) d.problem.len_k = 4096;  // keys in the cache
+  d.iters = o.iters;
+  d.warmup = o.warmup;
+  d.max_seconds = o.max_seconds;
+  d.json = o.json;
+  return bench_decode(d);
+}
+
 }  // namespace
 
 Command add_bench_command(CLI::App& app) {
@@ -191,7 +221,23 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("--max-seconds", o->max_seconds,
                   "Time budget per direction: no further runs once spent (at least one timed run)")
       ->capture_default_str();
-  return {sub, [o] { return bench(*o); }};
+  sub->add_flag("--decode", o->decode,
+                "Time attention_with_kvcache instead: --lq new rows (default 1) over --lk cached "
+                "keys (default 4096), GB/s of K and V read next to a memory ceiling");
+  sub->add_option("--block-size", o->decode_options.block_size,
+                  "--decode: 0 = contiguous cache, N = paged in blocks of N rows (shuffled table)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--num-splits", o->decode_options.num_splits,
+                  "--decode: parts each sequence's keys are split into (0 = the library decides)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--ceiling-mib", o->decode_options.ceiling_mib,
+                  "--decode: MiB of the memory ceiling's buffer (CPU: read by the attention's "
+                  "threads; CUDA: copied device to device); above the last-level cache")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  return {sub, [o, sub] { return bench_or_decode(*o, *sub); }};
 }
 
 }  // namespace tileattn::tools

@@ -1,5 +1,6 @@
 // tileattn demo: one representative shape, computed, timed, checked against the reference on a
-// slice, and set against the memory the naive algorithm would have needed.
+// slice, and set against the memory the naive algorithm would have needed. With --decode, the
+// decode loop over a paged KV cache of decode_demo.cpp instead.
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +13,7 @@
 #include "commands.hpp"
 #include "compare.hpp"
 #include "cuda_staging.hpp"
+#include "decode.hpp"
 #include "library_info.hpp"
 #include "options.hpp"
 #include "timing.hpp"
@@ -22,6 +24,8 @@ namespace {
 struct DemoOptions {
   Problem problem;
   std::int64_t check_rows = 256;
+  bool decode = false;
+  DecodeDemo decode_options;  // --decode
 };
 
 double peak_rss_bytes() {
@@ -150,6 +154,21 @@ int demo(DemoOptions& o) {
   return ok ? 0 : 1;
 }
 
+// --decode, or the one-shape demo; each refuses the other's options.
+int demo_or_decode(DemoOptions& o, const CLI::App& sub) {
+  if (!o.decode) {
+    refuse_options(sub, {"--prompt-lengths", "--steps", "--block-size"}, "needs --decode");
+    return demo(o);
+  }
+  refuse_options(
+      sub,
+      {"--batch", "--lq", "--lk", "--dim-v", "--causal", "--window", "--softcap", "--scale",
+       "--out-dtype", "--f32-via-bf16", "--varlen", "--dropout", "--check-rows"},
+      "does not apply to demo --decode (the sequences are --prompt-lengths; causal)");
+  o.decode_options.problem = o.problem;
+  return demo_decode(o.decode_options);
+}
+
 }  // namespace
 
 Command add_demo_command(CLI::App& app) {
@@ -162,7 +181,21 @@ Command add_demo_command(CLI::App& app) {
   p.add_options(*sub);
   sub->add_option("--check-rows", o->check_rows, "Query rows checked against the reference")
       ->capture_default_str();
-  return {sub, [o] { return demo(*o); }};
+  sub->add_flag("--decode", o->decode,
+                "Instead: a decode loop over a paged KV cache (prefill, then one token per "
+                "sequence per step), checked against attention_forward");
+  sub->add_option("--prompt-lengths", o->decode_options.prompt_lengths,
+                  "--decode: one sequence per prompt, of these lengths")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--steps", o->decode_options.steps, "--decode: decode steps")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  sub->add_option("--block-size", o->decode_options.block_size, "--decode: tokens per page")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
+  return {sub, [o, sub] { return demo_or_decode(*o, *sub); }};
 }
 
 }  // namespace tileattn::tools

@@ -1,5 +1,6 @@
 #include "cuda_staging.hpp"
 
+#include <cstddef>
 #include <string>
 
 #if defined(TILEATTN_WITH_CUDA)
@@ -16,13 +17,18 @@ void check(cudaError_t status, const char* what) {
     throw ToolError(std::string("--backend cuda: ") + what + ": " + cudaGetErrorString(status));
 }
 
+// The bytes of a host tensor's device copy: its own, or 16 when it is empty (never a null pointer).
+std::size_t device_bytes(const HostTensor& t) {
+  return t.size_bytes() > 0 ? t.size_bytes() : 16;
+}
+
 }  // namespace
 
 // Uploads one host buffer (or only allocates) and points `view` (bound to it) at the device copy.
 DeviceStaging::Copy DeviceStaging::stage(const HostTensor& t, Tensor& view, bool upload) {
   if (!view.present()) return {};
   Copy c;
-  c.bytes = t.size_bytes() > 0 ? t.size_bytes() : 16;  // never a null pointer
+  c.bytes = device_bytes(t);
   check(cudaMalloc(&c.device, c.bytes), "cudaMalloc");
   copies_.push_back(c);
   if (upload && t.size_bytes() > 0)
@@ -54,8 +60,40 @@ DeviceStaging::DeviceStaging(const AttentionBuffers& host, AttentionArgs& args, 
   lse_ = stage(host.lse, args.lse, upload_outputs);
 }
 
+DeviceStaging::DeviceStaging(const Context& ctx)
+    : active_(ctx.backend == Backend::cuda), stream_(ctx.cuda_stream) {}
+
 DeviceStaging::~DeviceStaging() {
   for (const Copy& c : copies_) cudaFree(c.device);
+}
+
+Tensor DeviceStaging::device_view(const HostTensor& host, const char* name, bool upload) {
+  Tensor view = host.view(name);
+  if (!active_ || !view.present()) return view;
+  for (const auto& [tensor, c] : by_host_)
+    if (tensor == &host && c.bytes == device_bytes(host)) {  // (a resized tensor gets a new copy)
+      if (upload && host.size_bytes() > 0) {
+        synchronize();  // queued work may still read the device copy
+        check(cudaMemcpy(c.device, host.data(), host.size_bytes(), cudaMemcpyHostToDevice),
+              "cudaMemcpy");
+      }
+      view.data = c.device;
+      view.device = Device::cuda;
+      view.device_index = 0;
+      return view;
+    }
+  by_host_.emplace_back(&host, stage(host, view, upload));
+  return view;
+}
+
+void DeviceStaging::fetch(HostTensor& host) const {
+  if (!active_) return;
+  synchronize();
+  for (const auto& [tensor, c] : by_host_)
+    if (tensor == &host && c.bytes == device_bytes(host)) {
+      download(c, host);
+      return;
+    }
 }
 
 void DeviceStaging::synchronize() const {
@@ -96,6 +134,11 @@ void DeviceStaging::fetch(AttentionBuffers& /*host*/) const {}
 void DeviceStaging::stage_gradients(const Problem::BackwardBuffers& /*host*/,
                                     AttentionBackwardArgs& /*args*/) {}
 void DeviceStaging::fetch_gradients(Problem::BackwardBuffers& /*host*/) const {}
+DeviceStaging::DeviceStaging(const Context& /*ctx*/) {}
+Tensor DeviceStaging::device_view(const HostTensor& host, const char* name, bool /*upload*/) {
+  return host.view(name);
+}
+void DeviceStaging::fetch(HostTensor& /*host*/) const {}
 
 #endif
 

@@ -1,10 +1,12 @@
 // Device staging for --backend cuda: the tool's buffers live on the host (AttentionBuffers); this
 // copies every present tensor to device memory, points AttentionArgs at the device copies, and
-// copies out (and lse) back; for the backward also dout, dq, dk, dv. Inactive (a no-op) for the
-// host backends and in builds without CUDA, where the library itself reports that the cuda
-// backend is missing.
+// copies out (and lse) back; for the backward also dout, dq, dk, dv. The KV-cache calls
+// (bench --decode, demo --decode) stage their tensors one by one (device_view, fetch). Inactive
+// (a no-op) for the host backends and in builds without CUDA, where the library itself reports
+// that the cuda backend is missing.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "options.hpp"
@@ -20,6 +22,9 @@ class DeviceStaging {
   // upload_outputs: out and lse are copied up too (inputs of a backward call).
   DeviceStaging(const AttentionBuffers& host, AttentionArgs& args, const Context& ctx,
                 bool upload_outputs = false);
+  // Nothing staged yet: for calls other than attention_forward, whose tensors are staged one by
+  // one with device_view.
+  explicit DeviceStaging(const Context& ctx);
   ~DeviceStaging();
   DeviceStaging(const DeviceStaging&) = delete;
   DeviceStaging& operator=(const DeviceStaging&) = delete;
@@ -34,6 +39,13 @@ class DeviceStaging {
   // Synchronises, then copies dq, dk, dv into `host`.
   void fetch_gradients(Problem::BackwardBuffers& host) const;
 
+  // The view of `host` that a call on the context's backend takes. Active: a device copy of it,
+  // allocated on the first call for this HostTensor and reused by later ones, which copy the
+  // host data up again (upload = false: allocated only, for outputs). Inactive: host.view(name).
+  Tensor device_view(const HostTensor& host, const char* name, bool upload = true);
+  // Synchronises, then copies the device copy of `host` (made by device_view) into it.
+  void fetch(HostTensor& host) const;
+
  private:
   struct Copy {
     void* device = nullptr;
@@ -43,6 +55,7 @@ class DeviceStaging {
   void* stream_ = nullptr;
   std::vector<Copy> copies_;  // every allocation, freed by the destructor
   Copy out_, lse_, dq_, dk_, dv_;
+  std::vector<std::pair<const HostTensor*, Copy>> by_host_;  // device_view's copies
   Copy stage(const HostTensor& t, Tensor& view, bool upload);
   void download(const Copy& c, HostTensor& t) const;
 };

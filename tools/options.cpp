@@ -341,6 +341,12 @@ std::string Problem::describe() const {
   return os.str();
 }
 
+void refuse_options(const CLI::App& app, std::initializer_list<const char*> names,
+                    const std::string& why) {
+  for (const char* name : names)
+    if (app.count(name) > 0) throw ToolError(std::string(name) + " " + why);
+}
+
 std::string format_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -85,6 +86,11 @@ struct Problem {
   double flops() const;
   std::string describe() const;  // one line: shape and options
 };
+
+// Throws ToolError("NAME " + why) for the first of `names` given on `app`'s command line (an
+// option that does not apply to the mode chosen, e.g. --varlen with bench --decode).
+void refuse_options(const CLI::App& app, std::initializer_list<const char*> names,
+                    const std::string& why);
 
 // "1.23 GiB" style.
 std::string format_bytes(double bytes);

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace tileattn::tools {
 
@@ -19,6 +20,14 @@ struct Timing {
 // how many timed runs were made.
 Timing time_runs(const std::string& label, int warmup, int iters, const std::function<void()>& body,
                  double max_seconds = 1e300);
+
+// time_runs for measurements that must see the same machine state (a kernel and the memory
+// ceiling it is set against): each round runs every body once, in order, and each body's
+// Timing is the median (and minimum) of its timed rounds. A round counts as one run for the
+// progress lines and max_seconds (which all the bodies' time spends).
+std::vector<Timing> time_interleaved(const std::string& label, int warmup, int iters,
+                                     const std::vector<std::function<void()>>& bodies,
+                                     double max_seconds = 1e300);
 
 double seconds_since(const std::function<void()>& body);  // wall time of one call
 

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -44,6 +46,60 @@ std::string shell_quote(const std::string& s) {
   q.push_back('\'');
   return q;
 }
+
+// The reader behind parse_json_object.
+class Json {
+ public:
+  explicit Json(const std::string& text) : s_(text) {}
+
+  bool parse_object(std::map<std::string, std::string>& members) {
+    if (!consume('{')) return false;
+    if (consume('}')) return at_end();
+    do {
+      std::string key;
+      if (!string(key) || !consume(':')) return false;
+      const std::size_t start = (space(), i_);
+      if (!value()) return false;
+      members[key] = s_.substr(start, i_ - start);
+    } while (consume(','));
+    return consume('}') && at_end();
+  }
+
+ private:
+  void space() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+  }
+  bool consume(char c) {
+    space();
+    if (i_ < s_.size() && s_[i_] == c) return ++i_, true;
+    return false;
+  }
+  bool at_end() { return space(), i_ == s_.size(); }
+  bool string(std::string& out) {
+    if (!consume('"')) return false;
+    while (i_ < s_.size() && s_[i_] != '"') {
+      if (s_[i_] == '\\') ++i_;
+      out += s_[i_++];
+    }
+    return i_ < s_.size() && s_[i_++] == '"';
+  }
+  bool value() {
+    space();
+    std::string ignored;
+    if (i_ < s_.size() && s_[i_] == '"') return string(ignored);
+    for (const char* word : {"null", "true", "false"})
+      if (s_.compare(i_, std::strlen(word), word) == 0) return i_ += std::strlen(word), true;
+    const std::size_t start = i_;
+    if (i_ < s_.size() && s_[i_] == '-') ++i_;
+    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' ||
+                              s_[i_] == 'e' || s_[i_] == 'E' || s_[i_] == '+' || s_[i_] == '-'))
+      ++i_;
+    return i_ > start;
+  }
+
+  const std::string& s_;
+  std::size_t i_ = 0;
+};
 
 }  // namespace
 
@@ -163,6 +219,10 @@ Tensor contiguous(void* data, DType dtype, const std::vector<std::int64_t>& shap
     stride *= t.shape[d];
   }
   return t;
+}
+
+bool parse_json_object(const std::string& text, std::map<std::string, std::string>& members) {
+  return Json(text).parse_object(members);
 }
 
 }  // namespace tileattn::cli_test

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -60,5 +61,10 @@ std::vector<float> read_f32(const std::string& path, std::vector<std::int64_t>* 
 double rel_l2(const std::vector<float>& x, const std::vector<float>& ref);
 
 Tensor contiguous(void* data, DType dtype, const std::vector<std::int64_t>& shape);
+
+// A minimal JSON reader, enough to check that bench --json prints one valid object: true when
+// `text` is one, with its top-level keys and their raw values (strings keep their quotes) in
+// `members`.
+bool parse_json_object(const std::string& text, std::map<std::string, std::string>& members);
 
 }  // namespace tileattn::cli_test

@@ -2,69 +2,12 @@
 // documented keys (docs/cli.md). No timing assertions.
 #include <gtest/gtest.h>
 
-#include <cctype>
-#include <cstring>
 #include <map>
 
 #include "cli_test_support.hpp"
 
 namespace tileattn::cli_test {
 namespace {
-
-// A minimal JSON reader: enough to check that bench --json is one valid object and to list its
-// top-level keys with their raw values.
-class Json {
- public:
-  explicit Json(const std::string& text) : s_(text) {}
-
-  bool parse_object(std::map<std::string, std::string>& members) {
-    if (!consume('{')) return false;
-    if (consume('}')) return at_end();
-    do {
-      std::string key;
-      if (!string(key) || !consume(':')) return false;
-      const std::size_t start = (space(), i_);
-      if (!value()) return false;
-      members[key] = s_.substr(start, i_ - start);
-    } while (consume(','));
-    return consume('}') && at_end();
-  }
-
- private:
-  void space() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-  }
-  bool consume(char c) {
-    space();
-    if (i_ < s_.size() && s_[i_] == c) return ++i_, true;
-    return false;
-  }
-  bool at_end() { return space(), i_ == s_.size(); }
-  bool string(std::string& out) {
-    if (!consume('"')) return false;
-    while (i_ < s_.size() && s_[i_] != '"') {
-      if (s_[i_] == '\\') ++i_;
-      out += s_[i_++];
-    }
-    return i_ < s_.size() && s_[i_++] == '"';
-  }
-  bool value() {
-    space();
-    std::string ignored;
-    if (i_ < s_.size() && s_[i_] == '"') return string(ignored);
-    for (const char* word : {"null", "true", "false"})
-      if (s_.compare(i_, std::strlen(word), word) == 0) return i_ += std::strlen(word), true;
-    const std::size_t start = i_;
-    if (i_ < s_.size() && s_[i_] == '-') ++i_;
-    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' ||
-                              s_[i_] == 'e' || s_[i_] == 'E' || s_[i_] == '+' || s_[i_] == '-'))
-      ++i_;
-    return i_ > start;
-  }
-
-  const std::string& s_;
-  std::size_t i_ = 0;
-};
 
 TEST(CliSmoke, Info) {
   TempDir dir;
@@ -106,7 +49,7 @@ TEST(CliSmoke, BenchJson) {
               dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::map<std::string, std::string> members;
-  ASSERT_TRUE(Json(r.out).parse_object(members)) << r.out;
+  ASSERT_TRUE(parse_json_object(r.out, members)) << r.out;
   for (const char* key : {"version",      "backend",     "isa",
                           "dtype",        "threads",     "batch",
                           "heads",        "kv_heads",    "lq",
@@ -166,7 +109,7 @@ TEST(CliSmoke, BenchBackwardJson) {
                               dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::map<std::string, std::string> members;
-  ASSERT_TRUE(Json(r.out).parse_object(members)) << r.out;
+  ASSERT_TRUE(parse_json_object(r.out, members)) << r.out;
   EXPECT_EQ(members["flops"], "1.04858e+06");           // 2*1*2*64*64*(32+32)
   EXPECT_EQ(members["backward_flops"], "2.62144e+06");  // 2.5x
   EXPECT_EQ(members["deterministic"], "false");
