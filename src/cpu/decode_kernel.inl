@@ -21,6 +21,10 @@ namespace {
 
 constexpr int kLanes = VecF::lanes;
 constexpr int kBlock = kDecodeBlock;
+#ifndef TILEATTN_PF_BLOCKS
+#define TILEATTN_PF_BLOCKS 8
+#endif
+constexpr int kPrefetchBlocks = TILEATTN_PF_BLOCKS;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kFltMax = 3.40282347e38f;
@@ -122,6 +126,14 @@ struct BlockRows {
   const T* v[kBlock];
 };
 
+// The next key block's rows, to prefetch while this block is computed (n = 0: none).
+struct Ahead {
+  const void* k[kBlock];
+  const void* v[kBlock];
+  int n = 0;
+  std::int64_t k_bytes = 0, v_bytes = 0;
+};
+
 template <typename T>
 void block_rows(const DecodeJob& job, std::int64_t j0, int n, BlockRows<T>& rows) {
   std::int64_t page = j0 / job.page_size, row = j0 % job.page_size;
@@ -137,6 +149,14 @@ void block_rows(const DecodeJob& job, std::int64_t j0, int n, BlockRows<T>& rows
       vp = static_cast<const T*>(job.v_pages[page]);
     }
   }
+}
+
+// Asks for `bytes` of a row ahead of its use. The next key block's rows are requested while
+// the current block is computed, a row per key computed, so the requests spread over the work
+// instead of queuing in one burst.
+inline void prefetch_row(const void* row, std::int64_t bytes) {
+  const char* p = static_cast<const char*>(row);
+  for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
 }
 
 // Copies a block's rows into zero-padded f32 staging rows (head dims not whole vectors).
@@ -157,9 +177,11 @@ void stage_block(const DecodeJob& job, const BlockRows<T>& in, int n, BlockRows<
 // block's n keys. kLanes / P keys share one reduction.
 template <int P, typename T>
 void block_scores(const float* q, std::int64_t q_stride, std::int64_t vecs, const T* const* k,
-                  int n, int rows_valid, float* scores) {
+                  int n, int rows_valid, float* scores, const Ahead& ahead) {
   constexpr int G = kLanes / P;
   for (int j = 0; j < n; j += G) {
+    for (int g = 0; g < G; ++g)
+      if (j + g < ahead.n) prefetch_row(ahead.k[j + g], ahead.k_bytes);
     VecF acc[kLanes];
     for (VecF& a : acc) a = zero();
     const T* kr[G];
@@ -178,23 +200,23 @@ void block_scores(const float* q, std::int64_t q_stride, std::int64_t vecs, cons
 }
 
 template <typename T>
-void all_scores(const DecodeJob& job, const T* const* k, int n, std::int64_t rows) {
+void all_scores(const DecodeJob& job, const T* const* k, int n, std::int64_t rows, Ahead ahead) {
   const std::int64_t vecs = job.dim_padded / kLanes;
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kLanes) {
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kLanes, ahead.n = 0) {
     const std::int64_t left = rows - r0;
     const int valid = static_cast<int>(left < kLanes ? left : kLanes);
     const float* q = job.q + r0 * job.dim_padded;
     float* s = job.scores + r0 * kBlock;
     if (valid > kLanes / 2)
-      block_scores<kLanes>(q, job.dim_padded, vecs, k, n, valid, s);
+      block_scores<kLanes>(q, job.dim_padded, vecs, k, n, valid, s, ahead);
     else if (valid > kLanes / 4)
-      block_scores<kLanes / 2>(q, job.dim_padded, vecs, k, n, valid, s);
+      block_scores<kLanes / 2>(q, job.dim_padded, vecs, k, n, valid, s, ahead);
     else if (valid > 2)
-      block_scores<4>(q, job.dim_padded, vecs, k, n, valid, s);
+      block_scores<4>(q, job.dim_padded, vecs, k, n, valid, s, ahead);
     else if (valid == 2)
-      block_scores<2>(q, job.dim_padded, vecs, k, n, valid, s);
+      block_scores<2>(q, job.dim_padded, vecs, k, n, valid, s, ahead);
     else
-      block_scores<1>(q, job.dim_padded, vecs, k, n, valid, s);
+      block_scores<1>(q, job.dim_padded, vecs, k, n, valid, s, ahead);
   }
 }
 
@@ -261,13 +283,14 @@ bool softmax_row(const DecodeJob& job, std::int64_t r, std::int64_t j0, int n) {
 // `skip` (nullptr: none) are left out.
 template <int RP, int CV, typename T>
 void block_pv(const DecodeJob& job, std::int64_t r0, std::int64_t c0, const T* const* v, int n,
-              const std::uint8_t* skip) {
+              const std::uint8_t* skip, const Ahead& ahead) {
   VecF acc[RP][CV];
   for (int r = 0; r < RP; ++r)
     for (int c = 0; c < CV; ++c)
       acc[r][c] = load(job.out + (r0 + r) * job.dim_v_padded + (c0 + c) * kLanes);
   const float* p = job.scores + r0 * kBlock;
   for (int j = 0; j < n; ++j) {
+    if (j < ahead.n) prefetch_row(ahead.v[j], ahead.v_bytes);
     if (skip != nullptr && skip[j] != 0) continue;
     VecF vv[CV];
     for (int c = 0; c < CV; ++c) vv[c] = load_row(v[j] + (c0 + c) * kLanes);
@@ -281,29 +304,31 @@ void block_pv(const DecodeJob& job, std::int64_t r0, std::int64_t c0, const T* c
       store(job.out + (r0 + r) * job.dim_v_padded + (c0 + c) * kLanes, acc[r][c]);
 }
 
+// The first call of a block prefetches the next block's V rows; `ahead.n` is then cleared.
 template <int RP, typename T>
 void block_pv_rows(const DecodeJob& job, std::int64_t r0, const T* const* v, int n,
-                   const std::uint8_t* skip) {
+                   const std::uint8_t* skip, Ahead& ahead) {
   const std::int64_t vecs = job.dim_v_padded / kLanes;
   std::int64_t c = 0;
-  for (; c + 4 <= vecs; c += 4) block_pv<RP, 4>(job, r0, c, v, n, skip);
+  for (; c + 4 <= vecs; c += 4, ahead.n = 0) block_pv<RP, 4>(job, r0, c, v, n, skip, ahead);
   switch (vecs - c) {
-    case 3: block_pv<RP, 3>(job, r0, c, v, n, skip); break;
-    case 2: block_pv<RP, 2>(job, r0, c, v, n, skip); break;
-    case 1: block_pv<RP, 1>(job, r0, c, v, n, skip); break;
+    case 3: block_pv<RP, 3>(job, r0, c, v, n, skip, ahead); break;
+    case 2: block_pv<RP, 2>(job, r0, c, v, n, skip, ahead); break;
+    case 1: block_pv<RP, 1>(job, r0, c, v, n, skip, ahead); break;
     default: break;
   }
+  ahead.n = 0;
 }
 
 template <typename T>
-void all_pv(const DecodeJob& job, const T* const* v, int n, const std::uint8_t* skip) {
+void all_pv(const DecodeJob& job, const T* const* v, int n, const std::uint8_t* skip, Ahead ahead) {
   std::int64_t r = 0;
-  for (; r + 4 <= job.rows; r += 4) block_pv_rows<4>(job, r, v, n, skip);
+  for (; r + 4 <= job.rows; r += 4) block_pv_rows<4>(job, r, v, n, skip, ahead);
   if (job.rows - r >= 2) {
-    block_pv_rows<2>(job, r, v, n, skip);
+    block_pv_rows<2>(job, r, v, n, skip, ahead);
     r += 2;
   }
-  if (r < job.rows) block_pv_rows<1>(job, r, v, n, skip);
+  if (r < job.rows) block_pv_rows<1>(job, r, v, n, skip, ahead);
 }
 
 // Keys of the block that some row does not see but another does: a non-finite V there must not
@@ -344,26 +369,40 @@ void run(const DecodeJob& job) {
     for (std::int64_t d = 0; d < job.dim_v_padded; ++d) job.out[r * job.dim_v_padded + d] = 0.0f;
   }
   const bool staged = job.dim % kLanes != 0 || job.dim_v % kLanes != 0;
-  BlockRows<T> raw;
+  BlockRows<T> raw, next;
   BlockRows<float> staging;
+  Ahead ahead;
+  ahead.k_bytes = job.dim * static_cast<std::int64_t>(sizeof(T));
+  ahead.v_bytes = job.dim_v * static_cast<std::int64_t>(sizeof(T));
   std::uint8_t skip[kBlock];
   for (std::int64_t j0 = job.key_begin; j0 < job.key_end; j0 += kBlock) {
     const int n = static_cast<int>(job.key_end - j0 < kBlock ? job.key_end - j0 : kBlock);
     block_rows(job, j0, n, raw);
+    const std::int64_t j1 = j0 + kBlock;
+    ahead.n = static_cast<int>(job.key_end - j1 < kBlock ? job.key_end - j1 : kBlock);
+    if (ahead.n > 0) {
+      block_rows(job, j1, ahead.n, next);
+      for (int jj = 0; jj < ahead.n; ++jj) {
+        ahead.k[jj] = next.k[jj];
+        ahead.v[jj] = next.v[jj];
+      }
+    } else {
+      ahead.n = 0;
+    }
     bool seen = false;
     if (staged) {
       stage_block(job, raw, n, staging);
-      all_scores(job, staging.k, n, rows);
+      all_scores(job, staging.k, n, rows, ahead);
     } else {
-      all_scores(job, raw.k, n, rows);
+      all_scores(job, raw.k, n, rows, ahead);
     }
     for (std::int64_t r = 0; r < rows; ++r) seen |= softmax_row(job, r, j0, n);
     if (!seen) continue;
     const std::uint8_t* skips = partial_key_skips(job, j0, n, raw.v, skip);
     if (staged)
-      all_pv(job, staging.v, n, skips);
+      all_pv(job, staging.v, n, skips, ahead);
     else
-      all_pv(job, raw.v, n, skips);
+      all_pv(job, raw.v, n, skips, ahead);
   }
   for (std::int64_t r = 0; r < rows; ++r) {
     float* o = job.out + r * job.dim_v_padded;
