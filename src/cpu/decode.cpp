@@ -23,6 +23,9 @@ constexpr std::int64_t kMaxItemRows = 64;
 // The fewest keys worth a split of their own (the merge and the item's set-up cost about this
 // many keys' work).
 constexpr std::int64_t kMinSplitKeys = 512;
+// Kv heads one work item takes at most (decode_kernel.inl's run: their slices of each cache row
+// are read together).
+constexpr std::int64_t kMaxBundleHeads = 8;
 
 // One (sequence, kv head, query rows) group of work; its keys [lo, hi) are cut into `splits`
 // parts of `split_keys` keys. Its rows' partial results start at row `first_part_row` of the
@@ -34,8 +37,10 @@ struct Group {
   std::int64_t first_part_row;
 };
 
+// Groups [group, group + heads) (consecutive kv heads of one sequence and query rows) and one
+// split of their keys.
 struct Work {
-  std::int64_t group, split;
+  std::int64_t group, heads, split;
 };
 
 DecodeKernel pick_kernel(CpuIsa isa_cap, bool& avx512) {
@@ -77,12 +82,12 @@ std::vector<Group> plan(const KvCacheParams& p, int threads) {
         groups.push_back({b, h, i0, i1, (i1 - i0) * group, lo, hi, 1, hi - lo, 0});
     }
   }
-  // Splits: enough items for every thread (twice over, for balance) where the keys allow.
+  // Splits: enough items (bundles of kv heads x splits) for every thread, twice over for
+  // balance, where the keys allow.
+  const std::int64_t bundles = static_cast<std::int64_t>(groups.size()) / a.heads_kv *
+                               ((a.heads_kv + kMaxBundleHeads - 1) / kMaxBundleHeads);
   const std::int64_t want =
-      groups.empty()
-          ? 1
-          : std::max<std::int64_t>(1, (2 * threads + static_cast<std::int64_t>(groups.size()) - 1) /
-                                          static_cast<std::int64_t>(groups.size()));
+      bundles == 0 ? 1 : std::max<std::int64_t>(1, (2 * threads + bundles - 1) / bundles);
   std::int64_t part_rows = 0;
   for (Group& g : groups) {
     const std::int64_t keys = g.hi - g.lo;
@@ -122,11 +127,19 @@ void cpu_kvcache_attention(const KvCacheParams& p, int threads, CpuIsa isa_cap) 
   const std::vector<Group> groups = plan(p, nthreads);
   std::vector<Work> work;
   std::int64_t part_rows = 0, max_rows = 0;
-  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
-    for (std::int64_t s = 0; s < groups[gi].splits; ++s)
-      work.push_back({static_cast<std::int64_t>(gi), s});
-    part_rows += groups[gi].splits * groups[gi].rows;
-    max_rows = std::max(max_rows, groups[gi].rows);
+  // Bundles: runs of groups of one sequence and query rows (consecutive kv heads, plan's order).
+  for (std::size_t g0 = 0; g0 < groups.size();) {
+    std::size_t g1 = g0 + 1;
+    while (g1 < groups.size() && static_cast<std::int64_t>(g1 - g0) < kMaxBundleHeads &&
+           groups[g1].b == groups[g0].b && groups[g1].i0 == groups[g0].i0)
+      ++g1;
+    for (std::int64_t s = 0; s < groups[g0].splits; ++s)
+      work.push_back({static_cast<std::int64_t>(g0), static_cast<std::int64_t>(g1 - g0), s});
+    for (std::size_t gi = g0; gi < g1; ++gi) {
+      part_rows += groups[gi].splits * groups[gi].rows;
+      max_rows = std::max(max_rows, groups[gi].rows);
+    }
+    g0 = g1;
   }
   AlignedVector<float> part_out(static_cast<std::size_t>(part_rows * dvp));
   AlignedVector<float> part_lse(static_cast<std::size_t>(part_rows));
@@ -137,14 +150,17 @@ void cpu_kvcache_attention(const KvCacheParams& p, int threads, CpuIsa isa_cap) 
 #pragma omp parallel num_threads(nthreads)
   {
     Scratch t;
-    t.q.resize(static_cast<std::size_t>(rows_padded * dp));
+    const auto per_head = [&](std::int64_t n) {
+      return static_cast<std::size_t>(kMaxBundleHeads * n);
+    };
+    t.q.resize(per_head(rows_padded * dp));
     t.scores.resize(static_cast<std::size_t>(rows_padded * kDecodeBlock));
-    t.row_max.resize(static_cast<std::size_t>(rows_padded));
-    t.row_sum.resize(static_cast<std::size_t>(rows_padded));
-    t.poison.resize(static_cast<std::size_t>(rows_padded));
+    t.row_max.resize(per_head(rows_padded));
+    t.row_sum.resize(per_head(rows_padded));
+    t.poison.resize(per_head(rows_padded));
     t.k_stage.resize(static_cast<std::size_t>(kDecodeBlock * dp));
     t.v_stage.resize(static_cast<std::size_t>(kDecodeBlock * dvp));
-    t.alibi_slope.resize(static_cast<std::size_t>(rows_padded));
+    t.alibi_slope.resize(per_head(rows_padded));
     t.rotated.resize(static_cast<std::size_t>(a.dim));
     t.merged.resize(static_cast<std::size_t>(a.dim_v));
     t.key_lo.resize(static_cast<std::size_t>(rows_padded));
@@ -154,75 +170,95 @@ void cpu_kvcache_attention(const KvCacheParams& p, int threads, CpuIsa isa_cap) 
     t.v_pages.resize(static_cast<std::size_t>(pages));
     std::fill(t.q.begin(), t.q.end(), 0.0f);
     std::fill(t.scores.begin(), t.scores.end(), 0.0f);
+    DecodeJob jobs[kMaxBundleHeads];
 
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t w = 0; w < work_count; ++w) {
-      const Group& g = groups[static_cast<std::size_t>(work[static_cast<std::size_t>(w)].group)];
-      const std::int64_t split = work[static_cast<std::size_t>(w)].split;
-      const AttnParams s = sequence_attention(p, g.b);
+      const Work& item = work[static_cast<std::size_t>(w)];
+      const Group& g0 = groups[static_cast<std::size_t>(item.group)];
+      const AttnParams s = sequence_attention(p, g0.b);
       const std::int64_t group = a.heads_per_kv;
-      // Query rows r = (i - i0) * group + head in group, rotated and rounded as the cache's keys.
-      for (std::int64_t i = g.i0; i < g.i1; ++i) {
+      // Rows r = (i - i0) * group + head in group: their key ranges (the same for every kv
+      // head) and, per kv head, q rotated and rounded as the cache's keys.
+      for (std::int64_t i = g0.i0; i < g0.i1; ++i) {
         const KeyRange range = visible_keys(s, 0, i);
         for (std::int64_t gh = 0; gh < group; ++gh) {
-          const std::int64_t r = (i - g.i0) * group + gh, hq = g.h * group + gh;
-          float* q = t.q.data() + r * dp;
-          const void* src = advance(s.q, a.dtype, i * a.q_stride_l + hq * a.q_stride_h);
-          for (std::int64_t d = 0; d < a.dim; ++d) q[d] = load_as_f32(src, a.dtype, d);
-          if (p.rotary.present()) {
-            rotate_f32(q, p.rotary, rotary_query_position(p, g.b, i));
-            for (std::int64_t d = 0; d < a.dim; ++d) {
-              store_from_f32(t.rotated.data(), a.dtype, 0, q[d]);
-              q[d] = load_as_f32(t.rotated.data(), a.dtype, 0);
-            }
-          }
+          const std::int64_t r = (i - g0.i0) * group + gh;
           t.key_lo[static_cast<std::size_t>(r)] = range.first;
           t.key_hi[static_cast<std::size_t>(r)] = range.last;
-          t.alibi_slope[static_cast<std::size_t>(r)] = s.alibi_slope(0, hq);
           t.alibi_pos[static_cast<std::size_t>(r)] = i + s.len_k - s.len_q;
         }
       }
-      const std::int64_t k0 = g.lo + split * g.split_keys;
-      const std::int64_t k1 = std::min(g.hi, k0 + g.split_keys);
+      for (std::int64_t hb = 0; hb < item.heads; ++hb) {
+        const std::int64_t h = g0.h + hb;
+        float* const q_head = t.q.data() + hb * rows_padded * dp;
+        for (std::int64_t i = g0.i0; i < g0.i1; ++i)
+          for (std::int64_t gh = 0; gh < group; ++gh) {
+            const std::int64_t r = (i - g0.i0) * group + gh, hq = h * group + gh;
+            float* q = q_head + r * dp;
+            const void* src = advance(s.q, a.dtype, i * a.q_stride_l + hq * a.q_stride_h);
+            for (std::int64_t d = 0; d < a.dim; ++d) q[d] = load_as_f32(src, a.dtype, d);
+            if (p.rotary.present()) {
+              rotate_f32(q, p.rotary, rotary_query_position(p, g0.b, i));
+              for (std::int64_t d = 0; d < a.dim; ++d) {
+                store_from_f32(t.rotated.data(), a.dtype, 0, q[d]);
+                q[d] = load_as_f32(t.rotated.data(), a.dtype, 0);
+              }
+            }
+            t.alibi_slope[static_cast<std::size_t>(hb * rows_padded + r)] = s.alibi_slope(0, hq);
+          }
+      }
+      const std::int64_t k0 = g0.lo + item.split * g0.split_keys;
+      const std::int64_t k1 = std::min(g0.hi, k0 + g0.split_keys);
+      // Page pointers at the bundle's first kv head; each job adds its head's offset.
       if (c.paged()) {
         for (std::int64_t pg = k0 / c.block_size; pg * c.block_size < k1; ++pg) {
-          const std::int64_t blk = c.block(g.b, pg * c.block_size);
+          const std::int64_t blk = c.block(g0.b, pg * c.block_size);
           t.k_pages[static_cast<std::size_t>(pg)] =
-              advance(c.k, a.dtype, blk * c.k_stride_blk + g.h * c.k_stride_h);
+              advance(c.k, a.dtype, blk * c.k_stride_blk + g0.h * c.k_stride_h);
           t.v_pages[static_cast<std::size_t>(pg)] =
-              advance(c.v, a.dtype, blk * c.v_stride_blk + g.h * c.v_stride_h);
+              advance(c.v, a.dtype, blk * c.v_stride_blk + g0.h * c.v_stride_h);
         }
       } else {
-        const std::int64_t entry = c.block(g.b, 0);
-        t.k_pages[0] = advance(c.k, a.dtype, entry * c.k_stride_blk + g.h * c.k_stride_h);
-        t.v_pages[0] = advance(c.v, a.dtype, entry * c.v_stride_blk + g.h * c.v_stride_h);
+        const std::int64_t entry = c.block(g0.b, 0);
+        t.k_pages[0] = advance(c.k, a.dtype, entry * c.k_stride_blk + g0.h * c.k_stride_h);
+        t.v_pages[0] = advance(c.v, a.dtype, entry * c.v_stride_blk + g0.h * c.v_stride_h);
       }
-      DecodeJob job{};
-      job.storage = storage_of(a.dtype);
-      job.rows = g.rows;
-      job.dim = a.dim, job.dim_v = a.dim_v, job.dim_padded = dp, job.dim_v_padded = dvp;
-      job.q = t.q.data();
-      job.k_pages = t.k_pages.data();
-      job.v_pages = t.v_pages.data();
-      job.page_size = c.paged() ? c.block_size : std::max<std::int64_t>(c.capacity(), 1);
-      job.k_row_stride = c.k_stride_row, job.v_row_stride = c.v_stride_row;
-      job.key_begin = k0, job.key_end = std::max(k0, k1);
-      job.key_lo = t.key_lo.data(), job.key_hi = t.key_hi.data();
-      job.alibi_slope = a.alibi_slopes != nullptr ? t.alibi_slope.data() : nullptr;
-      job.alibi_pos = t.alibi_pos.data();
-      job.scale = a.scale;
-      job.scale_log2 = a.scale * 1.4426950408889634f;
-      job.softcap = a.softcap;
-      const std::int64_t part = g.first_part_row + split * g.rows;
-      job.out = part_out.data() + part * dvp;
-      job.lse = part_lse.data() + part;
-      job.scores = t.scores.data();
-      job.row_max = t.row_max.data(), job.row_sum = t.row_sum.data();
-      job.poison = t.poison.data();
-      job.k_stage = t.k_stage.data(), job.v_stage = t.v_stage.data();
-      kernel(job);
+      for (std::int64_t hb = 0; hb < item.heads; ++hb) {
+        const Group& g = groups[static_cast<std::size_t>(item.group + hb)];
+        DecodeJob& job = jobs[hb];
+        job = DecodeJob{};
+        job.storage = storage_of(a.dtype);
+        job.rows = g.rows;
+        job.dim = a.dim, job.dim_v = a.dim_v, job.dim_padded = dp, job.dim_v_padded = dvp;
+        job.q = t.q.data() + hb * rows_padded * dp;
+        job.k_pages = t.k_pages.data();
+        job.v_pages = t.v_pages.data();
+        job.k_offset = hb * c.k_stride_h;
+        job.v_offset = hb * c.v_stride_h;
+        job.page_size = c.paged() ? c.block_size : std::max<std::int64_t>(c.capacity(), 1);
+        job.k_row_stride = c.k_stride_row, job.v_row_stride = c.v_stride_row;
+        job.key_begin = k0, job.key_end = std::max(k0, k1);
+        job.key_lo = t.key_lo.data(), job.key_hi = t.key_hi.data();
+        job.alibi_slope =
+            a.alibi_slopes != nullptr ? t.alibi_slope.data() + hb * rows_padded : nullptr;
+        job.alibi_pos = t.alibi_pos.data();
+        job.scale = a.scale;
+        job.scale_log2 = a.scale * 1.4426950408889634f;
+        job.softcap = a.softcap;
+        const std::int64_t part = g.first_part_row + item.split * g.rows;
+        job.out = part_out.data() + part * dvp;
+        job.lse = part_lse.data() + part;
+        job.scores = t.scores.data();
+        job.row_max = t.row_max.data() + hb * rows_padded;
+        job.row_sum = t.row_sum.data() + hb * rows_padded;
+        job.poison = t.poison.data() + hb * rows_padded;
+        job.k_stage = t.k_stage.data(), job.v_stage = t.v_stage.data();
+      }
+      kernel(jobs, static_cast<int>(item.heads));
       // Zero the q rows again so the next item's padding rows read zeros.
-      std::fill(t.q.begin(), t.q.begin() + g.rows * dp, 0.0f);
+      for (std::int64_t hb = 0; hb < item.heads; ++hb)
+        std::fill_n(t.q.data() + hb * rows_padded * dp, g0.rows * dp, 0.0f);
     }
 
     // Merge each row's splits (or convert the single one) into out and lse.

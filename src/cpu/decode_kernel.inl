@@ -137,16 +137,16 @@ struct Ahead {
 template <typename T>
 void block_rows(const DecodeJob& job, std::int64_t j0, int n, BlockRows<T>& rows) {
   std::int64_t page = j0 / job.page_size, row = j0 % job.page_size;
-  const T* kp = static_cast<const T*>(job.k_pages[page]);
-  const T* vp = static_cast<const T*>(job.v_pages[page]);
+  const T* kp = static_cast<const T*>(job.k_pages[page]) + job.k_offset;
+  const T* vp = static_cast<const T*>(job.v_pages[page]) + job.v_offset;
   for (int jj = 0; jj < n; ++jj) {
     rows.k[jj] = kp + row * job.k_row_stride;
     rows.v[jj] = vp + row * job.v_row_stride;
     if (++row == job.page_size && jj + 1 < n) {
       row = 0;
       ++page;
-      kp = static_cast<const T*>(job.k_pages[page]);
-      vp = static_cast<const T*>(job.v_pages[page]);
+      kp = static_cast<const T*>(job.k_pages[page]) + job.k_offset;
+      vp = static_cast<const T*>(job.v_pages[page]) + job.v_offset;
     }
   }
 }
@@ -359,52 +359,40 @@ const std::uint8_t* partial_key_skips(const DecodeJob& job, std::int64_t j0, int
   return any ? skip : nullptr;
 }
 
-template <typename T>
-void run(const DecodeJob& job) {
-  const std::int64_t rows = job.rows;
-  for (std::int64_t r = 0; r < rows; ++r) {
+void begin_job(const DecodeJob& job) {
+  for (std::int64_t r = 0; r < job.rows; ++r) {
     job.row_max[r] = -__builtin_inff();
     job.row_sum[r] = 0.0f;
     job.poison[r] = 0;
     for (std::int64_t d = 0; d < job.dim_v_padded; ++d) job.out[r * job.dim_v_padded + d] = 0.0f;
   }
+}
+
+// One key block [j0, j0 + n) of one job: scores, softmax, P V; `ahead` is prefetched meanwhile.
+template <typename T>
+void block_step(const DecodeJob& job, std::int64_t j0, int n, const BlockRows<T>& raw,
+                const Ahead& ahead) {
   const bool staged = job.dim % kLanes != 0 || job.dim_v % kLanes != 0;
-  BlockRows<T> raw, next;
   BlockRows<float> staging;
-  Ahead ahead;
-  ahead.k_bytes = job.dim * static_cast<std::int64_t>(sizeof(T));
-  ahead.v_bytes = job.dim_v * static_cast<std::int64_t>(sizeof(T));
-  std::uint8_t skip[kBlock];
-  for (std::int64_t j0 = job.key_begin; j0 < job.key_end; j0 += kBlock) {
-    const int n = static_cast<int>(job.key_end - j0 < kBlock ? job.key_end - j0 : kBlock);
-    block_rows(job, j0, n, raw);
-    const std::int64_t j1 = j0 + kBlock;
-    ahead.n = static_cast<int>(job.key_end - j1 < kBlock ? job.key_end - j1 : kBlock);
-    if (ahead.n > 0) {
-      block_rows(job, j1, ahead.n, next);
-      for (int jj = 0; jj < ahead.n; ++jj) {
-        ahead.k[jj] = next.k[jj];
-        ahead.v[jj] = next.v[jj];
-      }
-    } else {
-      ahead.n = 0;
-    }
-    bool seen = false;
-    if (staged) {
-      stage_block(job, raw, n, staging);
-      all_scores(job, staging.k, n, rows, ahead);
-    } else {
-      all_scores(job, raw.k, n, rows, ahead);
-    }
-    for (std::int64_t r = 0; r < rows; ++r) seen |= softmax_row(job, r, j0, n);
-    if (!seen) continue;
-    const std::uint8_t* skips = partial_key_skips(job, j0, n, raw.v, skip);
-    if (staged)
-      all_pv(job, staging.v, n, skips, ahead);
-    else
-      all_pv(job, raw.v, n, skips, ahead);
+  if (staged) {
+    stage_block(job, raw, n, staging);
+    all_scores(job, staging.k, n, job.rows, ahead);
+  } else {
+    all_scores(job, raw.k, n, job.rows, ahead);
   }
-  for (std::int64_t r = 0; r < rows; ++r) {
+  bool seen = false;
+  for (std::int64_t r = 0; r < job.rows; ++r) seen |= softmax_row(job, r, j0, n);
+  if (!seen) return;
+  std::uint8_t skip[kBlock];
+  const std::uint8_t* skips = partial_key_skips(job, j0, n, raw.v, skip);
+  if (staged)
+    all_pv(job, staging.v, n, skips, ahead);
+  else
+    all_pv(job, raw.v, n, skips, ahead);
+}
+
+void end_job(const DecodeJob& job) {
+  for (std::int64_t r = 0; r < job.rows; ++r) {
     float* o = job.out + r * job.dim_v_padded;
     const float sum = job.row_sum[r];
     bool poisoned = job.poison[r] != 0 || std::isnan(sum);
@@ -423,11 +411,43 @@ void run(const DecodeJob& job) {
   }
 }
 
-void decode(const DecodeJob& job) {
-  switch (job.storage) {
-    case DecodeStorage::f32: run<float>(job); break;
-    case DecodeStorage::f16: run<F16>(job); break;
-    case DecodeStorage::bf16: run<BF16>(job); break;
+// Key blocks outer, jobs (kv heads) inner: the heads' rows of a key lie side by side in the
+// cache, so the bundle reads whole stretches of memory instead of one head's slice of each row
+// (the hardware prefetchers fetch the neighbouring slices too, wasted unless used now). The
+// next (job, block) in this order is prefetched while the current one is computed.
+template <typename T>
+void run(const DecodeJob* jobs, int count) {
+  for (int h = 0; h < count; ++h) begin_job(jobs[h]);
+  const std::int64_t key_begin = jobs[0].key_begin, key_end = jobs[0].key_end;
+  BlockRows<T> raw, next;
+  Ahead ahead;
+  ahead.k_bytes = jobs[0].dim * static_cast<std::int64_t>(sizeof(T));
+  ahead.v_bytes = jobs[0].dim_v * static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t j0 = key_begin; j0 < key_end; j0 += kBlock) {
+    const int n = static_cast<int>(key_end - j0 < kBlock ? key_end - j0 : kBlock);
+    const std::int64_t j1 = j0 + kBlock;
+    const int n1 = static_cast<int>(key_end - j1 < kBlock ? key_end - j1 : kBlock);
+    for (int h = 0; h < count; ++h) {
+      block_rows(jobs[h], j0, n, raw);
+      ahead.n = h + 1 < count ? n : (n1 > 0 ? n1 : 0);
+      if (ahead.n > 0) {
+        block_rows(jobs[h + 1 < count ? h + 1 : 0], h + 1 < count ? j0 : j1, ahead.n, next);
+        for (int jj = 0; jj < ahead.n; ++jj) {
+          ahead.k[jj] = next.k[jj];
+          ahead.v[jj] = next.v[jj];
+        }
+      }
+      block_step(jobs[h], j0, n, raw, ahead);
+    }
+  }
+  for (int h = 0; h < count; ++h) end_job(jobs[h]);
+}
+
+void decode(const DecodeJob* jobs, int count) {
+  switch (jobs[0].storage) {
+    case DecodeStorage::f32: run<float>(jobs, count); break;
+    case DecodeStorage::f16: run<F16>(jobs, count); break;
+    case DecodeStorage::bf16: run<BF16>(jobs, count); break;
   }
 }
 

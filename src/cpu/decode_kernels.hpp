@@ -1,7 +1,8 @@
 // The interface between the KV-cache attention driver (decode.cpp: threads, splits, rotary,
 // merging) and its per-instruction-set compute kernel (decode_kernel.inl). The kernel reads the
-// cache where it lies, one key block after another, for all query rows of one kv head group at
-// once, so each K and V row is read from memory once per call.
+// cache where it lies, one key block after another, for all query rows of a bundle of kv heads
+// at once, so each K and V row is read from memory once per call and the heads' neighbouring
+// slices of a cache row are read together.
 //
 // As with kernels.hpp, only plain structs and raw pointers cross into the ISA translation units.
 #pragma once
@@ -15,8 +16,8 @@ inline constexpr int kDecodeBlock = 64;
 
 enum class DecodeStorage : std::uint8_t { f32, f16, bf16 };
 
-// One work item: `rows` query rows (f32, already rotated) of one kv head against keys
-// [key_begin, key_end) of one sequence.
+// One kv head's part of a work item: `rows` query rows (f32, already rotated) of that kv head
+// against keys [key_begin, key_end) of one sequence.
 struct DecodeJob {
   DecodeStorage storage;
   std::int64_t rows;
@@ -27,10 +28,12 @@ struct DecodeJob {
   const float* q;
 
   // Key j lives in page j / page_size, row j % page_size: K row at
-  // k_pages[j / page_size] + (j % page_size) * k_row_stride elements (the kv head's offset is
-  // already in the page pointers), V likewise. A contiguous cache is one page.
+  // k_pages[j / page_size] + k_offset + (j % page_size) * k_row_stride elements, V likewise. A
+  // contiguous cache is one page. (The jobs of one call share their page pointers; k_offset
+  // and v_offset pick each one's kv head.)
   const void* const* k_pages;
   const void* const* v_pages;
+  std::int64_t k_offset, v_offset;
   std::int64_t page_size;
   std::int64_t k_row_stride, v_row_stride;
   std::int64_t key_begin, key_end;
@@ -51,9 +54,10 @@ struct DecodeJob {
   float* out;
   float* lse;
 
-  // Scratch of the calling thread: scores [rows rounded up to 16][kDecodeBlock], row_max and
-  // row_sum [rows], poison [rows], and for head dims that are not whole vectors, staging rows
-  // [kDecodeBlock][dim_padded] and [kDecodeBlock][dim_v_padded].
+  // Scratch of the calling thread: scores [rows rounded up to 16][kDecodeBlock] and, for head
+  // dims that are not whole vectors, staging rows [kDecodeBlock][dim_padded] and
+  // [kDecodeBlock][dim_v_padded] (may be shared by the jobs of one call); row_max and row_sum
+  // [rows], poison [rows] (one per job).
   float* scores;
   float* row_max;
   float* row_sum;
@@ -62,7 +66,9 @@ struct DecodeJob {
   float* v_stage;
 };
 
-using DecodeKernel = void (*)(const DecodeJob& job);
+// Runs `count` jobs of one sequence, query rows and key range (the kv heads of a bundle), key
+// block by key block across all of them.
+using DecodeKernel = void (*)(const DecodeJob* jobs, int count);
 
 DecodeKernel cpu_decode_kernel_portable();
 DecodeKernel cpu_decode_kernel_avx2();
