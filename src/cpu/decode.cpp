@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "common/float_convert.hpp"
@@ -46,6 +47,7 @@ struct Work {
 DecodeKernel pick_kernel(CpuIsa isa_cap, bool& avx512) {
   const CpuIsa isa = select_cpu_isa(isa_cap);
   avx512 = isa == CpuIsa::amx_bf16 || isa == CpuIsa::avx512_bf16 || isa == CpuIsa::avx512;
+  if (isa == CpuIsa::amx_bf16 || isa == CpuIsa::avx512_bf16) return cpu_decode_kernel_avx512_bf16();
   if (avx512) return cpu_decode_kernel_avx512();
   if (isa == CpuIsa::avx2) return cpu_decode_kernel_avx2();
   return cpu_decode_kernel_portable();
@@ -108,6 +110,7 @@ std::vector<Group> plan(const KvCacheParams& p, int threads) {
 
 // The thread's buffers, sized for the largest item.
 struct Scratch {
+  AlignedVector<std::uint16_t> q_bf16;
   AlignedVector<float> q, scores, row_max, row_sum, k_stage, v_stage, alibi_slope, rotated, merged;
   AlignedVector<std::uint8_t> poison;
   std::vector<std::int64_t> key_lo, key_hi, alibi_pos;
@@ -154,6 +157,7 @@ void cpu_kvcache_attention(const KvCacheParams& p, int threads, CpuIsa isa_cap) 
       return static_cast<std::size_t>(kMaxBundleHeads * n);
     };
     t.q.resize(per_head(rows_padded * dp));
+    if (a.dtype == DType::bf16) t.q_bf16.resize(per_head(rows_padded * dp));
     t.scores.resize(static_cast<std::size_t>(rows_padded * kDecodeBlock));
     t.row_max.resize(per_head(rows_padded));
     t.row_sum.resize(per_head(rows_padded));
@@ -232,6 +236,17 @@ void cpu_kvcache_attention(const KvCacheParams& p, int threads, CpuIsa isa_cap) 
         job.rows = g.rows;
         job.dim = a.dim, job.dim_v = a.dim_v, job.dim_padded = dp, job.dim_v_padded = dvp;
         job.q = t.q.data() + hb * rows_padded * dp;
+        if (a.dtype == DType::bf16) {
+          // q's values are bf16 values (read from or rounded to bf16): the bits are exact.
+          std::uint16_t* qb = t.q_bf16.data() + hb * rows_padded * dp;
+          const float* qf = job.q;
+          for (std::int64_t e = 0; e < rows_padded * dp; ++e) {
+            std::uint32_t bits;
+            std::memcpy(&bits, qf + e, 4);
+            qb[e] = static_cast<std::uint16_t>(bits >> 16);
+          }
+          job.q_bf16 = qb;
+        }
         job.k_pages = t.k_pages.data();
         job.v_pages = t.v_pages.data();
         job.k_offset = hb * c.k_stride_h;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu/decode_kernels.hpp"
 #include "cpu/simd.hpp"
@@ -199,8 +200,66 @@ void block_scores(const float* q, std::int64_t q_stride, std::int64_t vecs, cons
   }
 }
 
+#if defined(__AVX512BF16__)
+// block_scores for bf16 K against q in bf16 (DecodeJob::q_bf16, exact: q holds the cache's
+// dtype's values): vdpbf16ps takes 32 element pairs per instruction with exact products and f32
+// sums, where block_scores converts K to f32 and needs twice the FMAs. dim a multiple of 32.
+template <int P>
+void block_scores_bf16_dot(const std::uint16_t* q, std::int64_t q_stride, std::int64_t dim,
+                           const BF16* const* k, int n, int rows_valid, float* scores,
+                           const Ahead& ahead) {
+  constexpr int G = kLanes / P;
+  for (int j = 0; j < n; j += G) {
+    for (int g = 0; g < G; ++g)
+      if (j + g < ahead.n) prefetch_row(ahead.k[j + g], ahead.k_bytes);
+    VecF acc[kLanes];
+    for (VecF& a : acc) a = zero();
+    const BF16* kr[G];
+    for (int g = 0; g < G; ++g) kr[g] = k[j + g < n ? j + g : n - 1];
+    for (std::int64_t c = 0; c < dim; c += 32)
+      for (int g = 0; g < G; ++g) {
+        const auto kv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(kr[g] + c));
+        for (int r = 0; r < P; ++r)
+          acc[g * P + r].v = _mm512_dpbf16_ps(
+              acc[g * P + r].v,
+              reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + r * q_stride + c)), kv);
+      }
+    float dots[kLanes];
+    store(dots, reduce_rows_add(acc));
+    for (int g = 0; g < G && j + g < n; ++g)
+      for (int r = 0; r < rows_valid; ++r) scores[r * kBlock + j + g] = dots[g * P + r];
+  }
+}
+
+bool bf16_dot_scores(const DecodeJob& job, const BF16* const* k, int n, std::int64_t rows,
+                     Ahead ahead) {
+  if (job.q_bf16 == nullptr || job.dim % 32 != 0) return false;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kLanes, ahead.n = 0) {
+    const std::int64_t left = rows - r0;
+    const int valid = static_cast<int>(left < kLanes ? left : kLanes);
+    const std::uint16_t* q = job.q_bf16 + r0 * job.dim_padded;
+    float* s = job.scores + r0 * kBlock;
+    if (valid > kLanes / 2)
+      block_scores_bf16_dot<kLanes>(q, job.dim_padded, job.dim, k, n, valid, s, ahead);
+    else if (valid > kLanes / 4)
+      block_scores_bf16_dot<kLanes / 2>(q, job.dim_padded, job.dim, k, n, valid, s, ahead);
+    else if (valid > 2)
+      block_scores_bf16_dot<4>(q, job.dim_padded, job.dim, k, n, valid, s, ahead);
+    else if (valid == 2)
+      block_scores_bf16_dot<2>(q, job.dim_padded, job.dim, k, n, valid, s, ahead);
+    else
+      block_scores_bf16_dot<1>(q, job.dim_padded, job.dim, k, n, valid, s, ahead);
+  }
+  return true;
+}
+#endif
+
 template <typename T>
 void all_scores(const DecodeJob& job, const T* const* k, int n, std::int64_t rows, Ahead ahead) {
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same_v<T, BF16>)
+    if (bf16_dot_scores(job, k, n, rows, ahead)) return;
+#endif
   const std::int64_t vecs = job.dim_padded / kLanes;
   for (std::int64_t r0 = 0; r0 < rows; r0 += kLanes, ahead.n = 0) {
     const std::int64_t left = rows - r0;

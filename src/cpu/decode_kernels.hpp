@@ -26,6 +26,9 @@ struct DecodeJob {
 
   // [rows rounded up to a multiple of 16][dim_padded], zero beyond dim and beyond rows.
   const float* q;
+  // The same in bf16 bits for a bf16 cache (exact: q holds the cache dtype's values), read by
+  // the avx512_bf16 kernel's dot products; nullptr otherwise.
+  const std::uint16_t* q_bf16;
 
   // Key j lives in page j / page_size, row j % page_size: K row at
   // k_pages[j / page_size] + k_offset + (j % page_size) * k_row_stride elements, V likewise. A
@@ -73,6 +76,7 @@ using DecodeKernel = void (*)(const DecodeJob* jobs, int count);
 DecodeKernel cpu_decode_kernel_portable();
 DecodeKernel cpu_decode_kernel_avx2();
 DecodeKernel cpu_decode_kernel_avx512();
+DecodeKernel cpu_decode_kernel_avx512_bf16();
 
 // Floats per vector of the decode kernel at each level: 16 for the avx512 kernel, else 8.
 inline int decode_lanes(bool avx512) {

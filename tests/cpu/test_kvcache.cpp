@@ -23,7 +23,7 @@ struct Target {
 
 std::vector<Target> targets() {
   std::vector<Target> t{{Backend::reference, CpuIsa::best}};
-  for (const CpuIsa isa : {CpuIsa::avx512, CpuIsa::avx2, CpuIsa::portable})
+  for (const CpuIsa isa : {CpuIsa::avx512_bf16, CpuIsa::avx512, CpuIsa::avx2, CpuIsa::portable})
     if (isa_supported(isa)) t.push_back({Backend::cpu, isa});
   return t;
 }
