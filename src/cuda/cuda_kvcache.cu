@@ -120,8 +120,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // One warp per output row (sequence b, query row i, head hq): the splits' results merged by
-// their lse (a -inf split is never read; a NaN or +inf one poisons the row).
+// their lse (a -inf split is never read; a NaN or +inf one poisons the row). The lanes read the
+// splits' lse at once (lane t holds splits t, t + 32, ..) and reduce them with shuffles; the
+// weighted sum then walks the splits with independent loads. (A loop of dependent loads per
+// split and column took 40 us for 32 splits at B 1, more than the decode kernel.)
 constexpr int kCombineWarps = 4;
+constexpr int kCombineSplitsPerLane = 4;
+static_assert(kCombineSplitsPerLane * 32 >= cuda::kMaxDecodeSplits, "a lane per split");
 __global__ void __launch_bounds__(kCombineWarps * 32)
     combine_kernel(const __grid_constant__ cuda::DecodeParams d,
                    const __grid_constant__ KvCacheParams p) {
@@ -138,33 +143,53 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
       (((static_cast<std::int64_t>(b) * d.heads_kv + h) * d.row_tiles + tile) * d.splits) *
           cuda::kDecodeRows +
       r;
+  constexpr unsigned kAll = 0xffffffffu;
+  float lse[kCombineSplitsPerLane];
   float m = -INFINITY;
   bool poisoned = false;
-  for (int s = 0; s < d.splits; ++s) {
-    const float l = d.part_lse[base + s * cuda::kDecodeRows];
-    poisoned |= !(l < INFINITY);
-    if (l > m) m = l;
+#pragma unroll
+  for (int k = 0; k < kCombineSplitsPerLane; ++k) {
+    const int s = lane + 32 * k;
+    lse[k] = s < d.splits ? d.part_lse[base + s * cuda::kDecodeRows] : -INFINITY;
+    poisoned |= !(lse[k] < INFINITY);
+    m = fmaxf(m, lse[k]);
   }
-  float total = 0.0f;
-  if (!poisoned && m != -INFINITY)
-    for (int s = 0; s < d.splits; ++s) {
-      const float l = d.part_lse[base + s * cuda::kDecodeRows];
-      if (l != -INFINITY) total += expf(l - m);
-    }
+  poisoned = __any_sync(kAll, poisoned);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(kAll, m, off));
+  const bool empty = poisoned || m == -INFINITY;
+  float weight[kCombineSplitsPerLane], total = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kCombineSplitsPerLane; ++k) {
+    weight[k] = empty || lse[k] == -INFINITY ? 0.0f : expf(lse[k] - m);
+    total += weight[k];
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) total += __shfl_xor_sync(kAll, total, off);
+#pragma unroll
+  for (int k = 0; k < kCombineSplitsPerLane; ++k) weight[k] = empty ? 0.0f : weight[k] / total;
+
   const std::int64_t q_row = (a.cu_seqlens_q != nullptr ? a.cu_seqlens_q[b] : 0) + i;
   char* const out =
       static_cast<char*>(a.out) + (b * a.o_stride_b + q_row * a.o_stride_l + hq * a.o_stride_h) *
                                       (a.out_dtype == DType::f32 ? 4 : 2);
   const cuda::ElemType out_type = cuda::elem_of(a.out_dtype);
-  for (int c = lane; c < d.dim_v; c += 32) {
+  for (int c0 = 0; c0 < d.dim_v; c0 += 32) {
+    const int c = c0 + lane;
     float acc = poisoned ? NAN : 0.0f;
-    if (!poisoned && m != -INFINITY)
-      for (int s = 0; s < d.splits; ++s) {
-        const float l = d.part_lse[base + s * cuda::kDecodeRows];
-        if (l == -INFINITY) continue;
-        acc += expf(l - m) / total * d.part_out[(base + s * cuda::kDecodeRows) * d.dim_v + c];
+#pragma unroll
+    for (int k = 0; k < kCombineSplitsPerLane; ++k) {
+      if (32 * k >= d.splits) break;
+#pragma unroll 8
+      for (int t = 0; t < 32; ++t) {
+        const int s = 32 * k + t;
+        if (s >= d.splits) break;
+        const float w = __shfl_sync(kAll, weight[k], t);
+        if (w != 0.0f && c < d.dim_v)  // uniform over the warp but for c
+          acc += w * d.part_out[(base + s * cuda::kDecodeRows) * d.dim_v + c];
       }
-    cuda::store_elem(out, c, out_type, acc);
+    }
+    if (c < d.dim_v) cuda::store_elem(out, c, out_type, acc);
   }
   if (lane == 0 && a.lse != nullptr)
     a.lse[b * a.lse_stride_b + hq * a.lse_stride_h + q_row * a.lse_stride_l] =

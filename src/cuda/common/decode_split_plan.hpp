@@ -7,6 +7,9 @@
 
 namespace tileattn::cuda {
 
+// The most splits a plan holds (the combine kernel's lanes hold the lse of all of them).
+inline constexpr std::int64_t kMaxDecodeSplits = 128;
+
 struct DecodeSplitPlan {
   std::int64_t splits;        // CTAs per (sequence, kv head, row tile)
   std::int64_t split_blocks;  // key blocks per split (the last split may hold fewer)
@@ -21,7 +24,7 @@ struct DecodeSplitPlan {
 // max_splits)].
 inline DecodeSplitPlan plan_decode_splits(std::int64_t ctas, std::int64_t blocks,
                                           std::int64_t slots, std::int64_t requested,
-                                          std::int64_t max_splits = 128) {
+                                          std::int64_t max_splits = kMaxDecodeSplits) {
   ctas = std::max<std::int64_t>(ctas, 1);
   blocks = std::max<std::int64_t>(blocks, 1);
   slots = std::max<std::int64_t>(slots, 1);
