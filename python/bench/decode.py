@@ -61,7 +61,11 @@ def as_graph(fn):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return graph.replay
+
+    def replay(fn=fn):  # fn holds the tensors the graph reads (a paged side's pages and table)
+        graph.replay()
+
+    return replay
 
 
 def paged(k: torch.Tensor, v: torch.Tensor, block: int, seed: int):
