@@ -24,6 +24,7 @@
 #include "cpu/kernels.hpp"
 #include "cpu/row_convert.hpp"
 #include "cpu/tile_config.hpp"
+#include "cpu/tile_transpose.hpp"
 
 namespace tileattn::detail {
 namespace {
@@ -67,33 +68,6 @@ Plan make_plan(const AttnParams& p, CpuIsa isa) {
   plan.k_head_elems = plan.blocks * plan.geometry.k_block_elems;
   plan.v_head_elems = plan.blocks * plan.geometry.v_block_elems;
   return plan;
-}
-
-// dst[c * ld + r] = rows[r][c] for r < n, c < cols: 4 x 4 blocks through SSE registers where
-// the baseline target has them (the packing of K and of the Q tile, which a scalar transpose
-// would make the largest part of the driver's time).
-void transpose_rows(const float* const* rows, std::int64_t n, std::int64_t cols, float* dst,
-                    std::int64_t ld) {
-  std::int64_t r = 0;
-#if defined(__SSE2__)
-  for (; r + 4 <= n; r += 4) {
-    const float *a = rows[r], *b = rows[r + 1], *c = rows[r + 2], *d = rows[r + 3];
-    std::int64_t k = 0;
-    for (; k + 4 <= cols; k += 4) {
-      __m128 x0 = _mm_loadu_ps(a + k), x1 = _mm_loadu_ps(b + k), x2 = _mm_loadu_ps(c + k),
-             x3 = _mm_loadu_ps(d + k);
-      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
-      _mm_storeu_ps(dst + k * ld + r, x0);
-      _mm_storeu_ps(dst + (k + 1) * ld + r, x1);
-      _mm_storeu_ps(dst + (k + 2) * ld + r, x2);
-      _mm_storeu_ps(dst + (k + 3) * ld + r, x3);
-    }
-    for (; k < cols; ++k)
-      for (std::int64_t i = 0; i < 4; ++i) dst[k * ld + r + i] = rows[r + i][k];
-  }
-#endif
-  for (; r < n; ++r)
-    for (std::int64_t k = 0; k < cols; ++k) dst[k * ld + r] = rows[r][k];
 }
 
 // Asks for every cache line of `rows` rows of `row_bytes` bytes, `stride` elements apart, before
@@ -224,38 +198,6 @@ void pack_block_f32(const AttnParams& p, const Plan& plan, std::int64_t b, std::
   zero_poisoned_keys_f32(plan, D, k_dst, v_dst, poison);
 }
 
-// dst[(w * ld + r) * 2 ..] = elements 2w, 2w + 1 of rows[r] (one 32-bit word: a pair) for
-// r < n, w < words: 4 x 4 word blocks through SSE2 registers where the baseline target has
-// them. Bit copies only (loadu / memcpy), so any row alignment and any 16-bit data will do.
-void transpose_pairs(const std::uint16_t* const* rows, std::int64_t n, std::int64_t words,
-                     std::uint16_t* dst, std::int64_t ld) {
-  const auto copy_word = [&](std::int64_t r, std::int64_t w) {
-    std::memcpy(dst + (w * ld + r) * 2, rows[r] + 2 * w, 4);
-  };
-  std::int64_t r = 0;
-#if defined(__SSE2__)
-  for (; r + 4 <= n; r += 4) {
-    std::int64_t w = 0;
-    for (; w + 4 <= words; w += 4) {
-      const auto load = [&](int i) {
-        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r + i] + 2 * w));
-      };
-      const __m128i a = load(0), b = load(1), c = load(2), d = load(3);
-      const __m128i ab_lo = _mm_unpacklo_epi32(a, b), cd_lo = _mm_unpacklo_epi32(c, d);
-      const __m128i ab_hi = _mm_unpackhi_epi32(a, b), cd_hi = _mm_unpackhi_epi32(c, d);
-      const __m128i out[4] = {_mm_unpacklo_epi64(ab_lo, cd_lo), _mm_unpackhi_epi64(ab_lo, cd_lo),
-                              _mm_unpacklo_epi64(ab_hi, cd_hi), _mm_unpackhi_epi64(ab_hi, cd_hi)};
-      for (int i = 0; i < 4; ++i)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + ((w + i) * ld + r) * 2), out[i]);
-    }
-    for (; w < words; ++w)
-      for (int i = 0; i < 4; ++i) copy_word(r + i, w);
-  }
-#endif
-  for (; r < n; ++r)
-    for (std::int64_t w = 0; w < words; ++w) copy_word(r, w);
-}
-
 // amx and bf16_dot families (bf16 storage): K as [D/2][block_k][2], V as [block_k/2][Dv][2]
 // (pairs along the reduction dimension, as AMX's B operand and vdpbf16ps want them). K is a
 // transpose of 32-bit words (transpose_pairs), V interleaves the elements of two keys' rows
@@ -274,7 +216,7 @@ void pack_block_pairs(const AttnParams& p, const Plan& plan, std::int64_t b, std
                 cpu_tile_config(KernelFamily::bf16_dot).block_k <= kMaxKeys);
   find_poisoned_keys(p, b, kv_head, kb * block_k, valid, poison);
   if (valid == 0) return;
-  const std::uint16_t* k_rows[kMaxKeys];
+  const std::uint16_t* k_rows[kMaxKeys] = {};
   for (std::int64_t c = 0; c < valid; ++c)
     k_rows[c] = is_poisoned(poison, c)
                     ? kZeroRow16
