@@ -152,10 +152,10 @@ void block_rows(const DecodeJob& job, std::int64_t j0, int n, BlockRows<T>& rows
   }
 }
 
-// Asks for `bytes` of a row ahead of its use, into L2 (prefetcht1: an L1 target held the
-// requests to L1's few miss buffers and ran ~10% slower; non-temporal ran slower still). The next
-// key block's rows are requested while the current block is computed, a row per key computed, so
-// the requests spread over the work instead of queuing in one burst.
+// Asks for `bytes` of a row ahead of its use, into L2 (prefetcht1; an L1 target ran ~10%
+// slower, a non-temporal one slower still). The next (kv head, key block)'s rows are requested
+// while the current one is computed, a row per key computed, so the requests spread over the
+// work instead of queuing in one burst.
 inline void prefetch_row(const void* row, std::int64_t bytes) {
   const char* p = static_cast<const char*>(row);
   for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
