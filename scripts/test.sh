@@ -59,12 +59,13 @@ if [ "${TILEATTN_SANITIZE:-0}" = "1" ]; then
 
   stage "libFuzzer (ASan + UBSan)"
   cmake --preset fuzz >/dev/null
-  cmake --build --preset fuzz -j "$jobs"
+  # The targets named: the fuzz build preset lists only fuzz_npy and fuzz_attention.
+  cmake --build --preset fuzz -j "$jobs" --target fuzz_npy fuzz_attention fuzz_kvcache
   fuzz_seconds=${TILEATTN_FUZZ_SECONDS:-60}
   fuzz_dir=$(mktemp -d)
   trap 'rm -rf "$fuzz_dir"' EXIT
   failed=0
-  for target in npy attention; do
+  for target in npy attention kvcache; do
     # A copy of the committed corpus: libFuzzer adds what it finds to its corpus directory.
     # A fixed seed makes CI's walk repeatable (a finding reproduces on rerun); the long,
     # randomly seeded runs are separate (docs/fuzzing.md).
