@@ -444,11 +444,6 @@ double ulp16(DType t, double m) {
   return t == DType::bf16 ? m * 0x1p-7 + 1e-38 : t == DType::f16 ? m * 0x1p-10 + 0x1p-24 : 0.0;
 }
 
-bool skip_inf_qk() {
-  static const bool skip = std::getenv("FUZZ_KVCACHE_SKIP_INF_QK") != nullptr;
-  return skip;
-}
-
 double max_slope(const Problem& p) {
   double m = 0;
   for (std::int64_t i = 0; i < p.slopes.size(); ++i)
@@ -488,9 +483,8 @@ void check_rows(const Problem& p) {
             look(p.v[0].get(p.at(b, j, h, p.Dv) + d), vmax, false);
         }
         // An infinite q or K element poisons the row like any non-finite input (the score it
-        // makes may be -inf); FUZZ_KVCACHE_SKIP_INF_QK=1 leaves such rows unchecked, to look
-        // past the known CPU finding (docs/fuzzing.md).
-        if (inf_qk) (skip_inf_qk() ? large : bad) = true;
+        // makes may be -inf, which must not read as a masked key).
+        if (inf_qk) bad = true;
         const std::int64_t oo = (r * p.Hq + hq) * p.Dv;
         const std::int64_t li = p.varlen ? hq * p.total_q + r : (b * p.Hq + hq) * p.Lq + i;
         for (int x = 0; x < 2; ++x) {

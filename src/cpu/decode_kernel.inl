@@ -297,11 +297,16 @@ bool softmax_row(const DecodeJob& job, std::int64_t r, std::int64_t j0, int n) {
   bool bad = false;
   for (int j = 0; j < kBlock; j += kLanes) {
     VecF x = load(s + j);
+    // A scaled score beyond f32's range (either sign: an infinite q or K element, or an
+    // overflow) or NaN becomes NaN (s + 0 * s), so that it poisons its row where the key is
+    // visible; the mask replaces it elsewhere. (A -inf score left as it is would look masked.)
     if (plain) {
-      x = mask_outside(mul(x, splat(job.scale_log2)), j0 + j, lo, hi);
+      x = mul(x, splat(job.scale_log2));
+      x = mask_outside(fma(x, zero(), x), j0 + j, lo, hi);
       bad |= any_not_finite(x);
     } else {
       x = mul(x, splat(job.scale));
+      x = fma(x, zero(), x);
       bad |= any_not_finite(mask_outside(x, j0 + j, lo, hi));
       if (job.softcap > 0.0f) x = softcap(x, job.softcap, two_log2e_over_cap);
       if (job.alibi_slope != nullptr) {

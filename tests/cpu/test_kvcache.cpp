@@ -288,6 +288,40 @@ TEST(KvCacheNonFinite, VisibleNaNPoisonsItsGroupOnly) {
   }
 }
 
+// An infinite K element of a visible key gives a -inf score for a query of the opposite sign and
+// +inf for one of the same sign: both poison their rows (a -inf score is not a masked key).
+// The CPU decode kernel's finding by fuzz_kvcache (finding-cpu-decode-inf-k-minus-inf-score).
+TEST(KvCacheNonFinite, InfiniteKeyElementPoisonsRowsOfEitherSign) {
+  TILEATTN_TRACE_SEED();
+  Rng rng = make_rng();
+  KvCase c;
+  c.cache_len = {30, 30};
+  c.len_q = {1};
+  c.Hq = 4;
+  c.Hkv = 2;
+  for (const DType dtype : {DType::f32, DType::f16, DType::bf16})
+    for (const Target& target : targets()) {
+      SCOPED_TRACE(std::string(to_string(dtype)) + " " + to_string(target.backend) + " " +
+                   to_string(target.isa));
+      KvProblem p(c, dtype, rng);
+      // Sequence 1, kv head 0 (query heads 0 and 1), key 7, dim 3: +inf; q's dim 3 is -1 for
+      // head 0 (score -inf) and +1 for head 1 (score +inf).
+      p.k_cache.set((p.cache_row(1, 7) * c.Hkv + 0) * c.D + 3,
+                    std::numeric_limits<float>::infinity());
+      p.q.set((1 * c.Hq + 0) * c.D + 3, -1.0f);
+      p.q.set((1 * c.Hq + 1) * c.D + 3, 1.0f);
+      run(p, target);
+      for (std::int64_t b = 0; b < 2; ++b)
+        for (std::int64_t h = 0; h < c.Hq; ++h) {
+          const bool poisoned = b == 1 && h / 2 == 0;
+          EXPECT_EQ(std::isnan(p.lse.get(b * c.Hq + h)), poisoned)
+              << "sequence " << b << " head " << h;
+          EXPECT_EQ(std::isnan(p.out.get((b * c.Hq + h) * c.Dv)), poisoned)
+              << "sequence " << b << " head " << h;
+        }
+    }
+}
+
 // A NaN in V at a causal edge key that the first query row does not see but the last does.
 TEST(KvCacheNonFinite, CausalEdgeNaNReachesOnlyRowsThatSeeIt) {
   TILEATTN_TRACE_SEED();
