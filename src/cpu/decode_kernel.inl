@@ -484,16 +484,23 @@ template <typename T>
 void run(const DecodeJob* jobs, int count) {
   for (int h = 0; h < count; ++h) begin_job(jobs[h]);
   const std::int64_t key_begin = jobs[0].key_begin, key_end = jobs[0].key_end;
-  BlockRows<T> raw, next;
+  // rows[cur]: the (head, block) computed now; rows[1 - cur]: the next one in this order, built
+  // once as the prefetch target and then computed.
+  BlockRows<T> rows[2];
+  int cur = 0;
   Ahead ahead;
   ahead.k_bytes = jobs[0].dim * static_cast<std::int64_t>(sizeof(T));
   ahead.v_bytes = jobs[0].dim_v * static_cast<std::int64_t>(sizeof(T));
+  if (key_begin < key_end)
+    block_rows(jobs[0], key_begin,
+               static_cast<int>(key_end - key_begin < kBlock ? key_end - key_begin : kBlock),
+               rows[cur]);
   for (std::int64_t j0 = key_begin; j0 < key_end; j0 += kBlock) {
     const int n = static_cast<int>(key_end - j0 < kBlock ? key_end - j0 : kBlock);
     const std::int64_t j1 = j0 + kBlock;
     const int n1 = static_cast<int>(key_end - j1 < kBlock ? key_end - j1 : kBlock);
     for (int h = 0; h < count; ++h) {
-      block_rows(jobs[h], j0, n, raw);
+      BlockRows<T>& next = rows[1 - cur];
       ahead.n = h + 1 < count ? n : (n1 > 0 ? n1 : 0);
       if (ahead.n > 0) {
         block_rows(jobs[h + 1 < count ? h + 1 : 0], h + 1 < count ? j0 : j1, ahead.n, next);
@@ -502,7 +509,8 @@ void run(const DecodeJob* jobs, int count) {
           ahead.v[jj] = next.v[jj];
         }
       }
-      block_step(jobs[h], j0, n, raw, ahead);
+      block_step(jobs[h], j0, n, rows[cur], ahead);
+      cur = 1 - cur;
     }
   }
   for (int h = 0; h < count; ++h) end_job(jobs[h]);
