@@ -54,6 +54,24 @@ def host_us(fn, calls: int = 200) -> float:
     return (t1 - t0) / calls * 1e6
 
 
+def kernel_times(fn, flush: torch.Tensor, calls: int = 10) -> str:
+    """The GPU kernels of one cold call of fn and their mean durations (torch profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            flush.fill_(1.0)
+            fn()
+        torch.cuda.synchronize()
+    parts = []
+    for e in prof.key_averages():
+        if e.count < calls or "fill" in e.key or "elementwise" in e.key.lower():
+            continue  # the flush
+        us = e.device_time_total / e.count
+        parts.append(f"{e.key[:40]} {us:.1f} us x{e.count // calls}")
+    return "; ".join(parts)
+
+
 def as_graph(fn):
     """fn captured into a CUDA graph (after a warm-up call); returns its replay."""
     fn()
@@ -99,6 +117,9 @@ def main() -> None:
     ap.add_argument("--max-gib", type=float, default=9.0, help="skip shapes whose K+V exceed it")
     ap.add_argument("--torch", default="cudnn,flash", help="PyTorch back ends to time")
     ap.add_argument("--mode", choices=["graph", "eager"], default="graph")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also print each side's GPU kernels and their mean durations (torch "
+                         "profiler, cold calls)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     dtype = torch.bfloat16
@@ -185,6 +206,10 @@ def main() -> None:
                                                for n in header[2:-2]]
             row += [f"{gbps['tileattn'] / gbps['copy']:.3f}", f"{gbps['tileattn'] / torch_best:.3f}"]
             print(" | ".join(row) + ("   # " + "; ".join(notes) if notes else ""), flush=True)
+            if args.kernels:
+                for name, fn in sides.items():
+                    if name != "copy":
+                        print(f"   {name}: {kernel_times(fn, flush)}", flush=True)
             del q, k, v, src, dst, sides, times
 
 

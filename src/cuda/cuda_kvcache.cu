@@ -238,12 +238,12 @@ void cuda_attention_with_kvcache(const KvCacheParams& p, void* stream_ptr) {
       ctas, (capacity + block_n - 1) / block_n,
       static_cast<std::int64_t>(sms) * cuda::decode_ctas_per_sm(elem_type(a.dtype), bucket),
       p.num_splits);
-  const std::int64_t splits = plan.splits, split_blocks = plan.split_blocks;
+  const std::int64_t splits = plan.splits;
 
   const std::int64_t q_rows = a.is_varlen() ? a.total_q : a.batch * a.len_q;
   const std::size_t q_bytes =
       p.rotary.present() ? align256(static_cast<std::size_t>(q_rows * a.heads_q * a.dim * 2)) : 0;
-  const std::int64_t part_rows = ctas * splits * cuda::kDecodeRows;
+  const std::int64_t part_rows = splits > 1 ? ctas * splits * cuda::kDecodeRows : 0;
   const std::size_t out_bytes = align256(static_cast<std::size_t>(part_rows * a.dim_v * 4));
   const std::size_t lse_bytes = align256(static_cast<std::size_t>(part_rows * 4));
   const StreamWorkspace workspace(q_bytes + out_bytes + lse_bytes, a.device_index, stream);
@@ -300,14 +300,21 @@ void cuda_attention_with_kvcache(const KvCacheParams& p, void* stream_ptr) {
   d.window_right = static_cast<int>(a.window_right);
   d.row_tiles = row_tiles;
   d.splits = static_cast<int>(splits);
-  d.split_keys = static_cast<int>(split_blocks * block_n);
+  d.out = a.out;
+  d.out_type = elem_type(a.out_dtype);
+  d.o_stride_b = a.o_stride_b, d.o_stride_l = a.o_stride_l, d.o_stride_h = a.o_stride_h;
+  d.lse = a.lse;
+  d.lse_stride_b = a.lse_stride_b, d.lse_stride_h = a.lse_stride_h;
+  d.lse_stride_l = a.lse_stride_l;
   d.part_out = reinterpret_cast<float*>(ws + q_bytes);
   d.part_lse = reinterpret_cast<float*>(ws + q_bytes + out_bytes);
   d.vector_loads = a.dim % 8 == 0 && a.dim_v % 8 == 0 &&
                    aligned_rows(c.k, c.k_stride_blk, c.k_stride_row, c.k_stride_h) &&
                    aligned_rows(c.v, c.v_stride_blk, c.v_stride_row, c.v_stride_h);
+  d.vector_loads_q = a.dim % 8 == 0 && aligned_rows(d.q, d.q_stride_b, d.q_stride_l, d.q_stride_h);
   const cudaError_t status = cuda::launch_decode(d, bucket, stream);
   if (status != cudaSuccess) throw_cuda("attention_with_kvcache (decode)", status);
+  if (splits == 1) return;  // the decode kernel wrote the result
 
   const std::int64_t rows_per_seq = a.len_q * a.heads_q;
   combine_kernel<<<dim3(static_cast<unsigned>((rows_per_seq + kCombineWarps - 1) / kCombineWarps),

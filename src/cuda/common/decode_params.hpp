@@ -13,7 +13,8 @@ inline constexpr int kDecodeRows = 16;
 
 struct DecodeParams {
   ElemType in_type;
-  bool vector_loads;  // 16-byte cp.async rows (aligned, head dims multiples of 8)
+  bool vector_loads;    // 16-byte cp.async K/V rows (aligned, head dims multiples of 8)
+  bool vector_loads_q;  // the same for q's rows
 
   // q [B, Lq, Hq, D] (q_stride_b 0 and cu_seqlens_q for varlen rows).
   const void* q;
@@ -43,12 +44,20 @@ struct DecodeParams {
   std::int64_t alibi_stride_b, alibi_stride_h;
   int window_left, window_right;  // -1: unbounded
 
-  int row_tiles;   // kDecodeRows-row tiles per (sequence, kv head)
-  int splits;      // key splits per tile
-  int split_keys;  // keys per split, a multiple of the kernel's block
+  int row_tiles;  // kDecodeRows-row tiles per (sequence, kv head)
+  int splits;     // key splits per tile: each takes an equal share of the sequence's key blocks
 
-  // Split results: rows ((((b * heads_kv + h) * row_tiles + tile) * splits + split) * 16 + r)
-  // of dim_v floats, normalised, and their natural-log lse (-inf: no key; NaN: poisoned).
+  // The result (one split: the kernel writes it; several: the combine does): out [B, Lq, Hq,
+  // Dv] (o_stride_b 0 for varlen rows), lse [B, Hq, Lq] natural-log (nullptr: not wanted).
+  void* out;
+  ElemType out_type;
+  std::int64_t o_stride_b, o_stride_l, o_stride_h;
+  float* lse;
+  std::int64_t lse_stride_b, lse_stride_h, lse_stride_l;
+
+  // Split results (several splits): rows ((((b * heads_kv + h) * row_tiles + tile) * splits +
+  // split) * 16 + r) of dim_v floats, normalised, and their natural-log lse (-inf: no key; NaN:
+  // poisoned); rows past the sequence's queries are neither written nor read.
   float* part_out;
   float* part_lse;
 };

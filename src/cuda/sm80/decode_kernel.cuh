@@ -4,8 +4,10 @@
 // split for all of them. K/V blocks of kBlockN keys stream through a cp.async pipeline into
 // swizzled shared memory, gathered row by row from the cache's pages; each of the four warps
 // takes 16 keys of a block (S = Q K^T, online softmax, O += P V with mma.sync m16n8k16), and at
-// the end the warps' partial results are merged through shared memory into the split's result,
-// which combine_kernel (decode.cu) merges across splits.
+// the end the warps' partial results are merged through shared memory into the split's result:
+// the output itself when the keys are not split, else a partial row that combine_kernel
+// (cuda_kvcache.cu) merges across splits. Each split takes an equal share of its sequence's key
+// blocks (the grid is planned from the cache's capacity; the lengths live on the device).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -112,10 +114,13 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
     visible_range(p, i_last, lq, lk, f, l);
     hi = l;
   }
-  const int k0 = lo + split * p.split_keys;
-  const int k1 = min(hi, k0 + p.split_keys);
-  if (k0 >= k1) {  // nothing to see in this split
-    for (int idx = tid; idx < kDecodeRows; idx += kThreads) part_lse[idx] = -INFINITY;
+  const int span_blocks = hi > lo ? (hi - lo + kBlockN - 1) / kBlockN : 0;
+  const int split_keys = (span_blocks + p.splits - 1) / p.splits * kBlockN;
+  const int k0 = lo + split * split_keys;
+  const int k1 = min(hi, k0 + split_keys);
+  if (k0 >= k1 && p.splits > 1) {  // nothing to see in this split
+    for (int r = tid; r < kDecodeRows; r += kThreads)
+      if ((pr0 + r) / p.group < lq) part_lse[r] = -INFINITY;
     return;
   }
 
@@ -190,28 +195,38 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
     }
   };
 
-  // Q: the tile's 16 (row, head) pairs, zero for rows past the sequence's end.
-  {
-    const char* const q_base = static_cast<const char*>(p.q);
-    for (int idx = tid; idx < kDecodeRows * kDim; idx += kThreads) {
-      const int r = idx / kDim, col = idx % kDim, pr = pr0 + r, i = pr / p.group;
-      const int hq = h * p.group + pr % p.group;
-      float x = 0.0f;
-      if (i < lq && col < p.dim)
-        x = load_elem(q_base,
-                      b * p.q_stride_b + static_cast<std::int64_t>(q_first_row + i) * p.q_stride_l +
-                          hq * p.q_stride_h + col,
-                      p.in_type);
-      q_tile[swizzled<kPitch>(r, col >> 3) + (col & 7)] = MmaType<T>::from_float(x);
+  // Q: the tile's 16 (row, head) pairs, zero for rows past the sequence's end; 16-byte copies
+  // in the first stage's group, else element loads after the pipeline's first copies are issued
+  // (loads that would otherwise hold those copies back by their latency).
+  const char* const q_base = static_cast<const char*>(p.q);
+  const auto q_offset = [&](int pr) {
+    const int i = pr / p.group, hq = h * p.group + pr % p.group;
+    return b * p.q_stride_b + static_cast<std::int64_t>(q_first_row + i) * p.q_stride_l +
+           hq * p.q_stride_h;
+  };
+  if (p.vector_loads_q) {
+    static_assert(kDecodeRows * kChunks % kThreads == 0, "whole rounds of 16-byte copies");
+#pragma unroll
+    for (int idx = tid; idx < kDecodeRows * kChunks; idx += kThreads) {
+      const int r = idx / kChunks, chunk = idx % kChunks, pr = pr0 + r;
+      const bool ok = pr / p.group < lq && chunk * 8 < p.dim;
+      cp_async_16(smem_address(q_tile + swizzled<kPitch>(r, chunk)),
+                  ok ? q_base + (q_offset(pr) + chunk * 8) * esize : q_base, ok ? 16 : 0);
     }
   }
-
-  const int n_blocks = (k1 - k0 + kBlockN - 1) / kBlockN;
+  const int n_blocks = k1 > k0 ? (k1 - k0 + kBlockN - 1) / kBlockN : 0;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_blocks) load_kv(k0 + s * kBlockN, s);
     cp_async_commit();
   }
+  if (!p.vector_loads_q)
+    for (int idx = tid; idx < kDecodeRows * kDim; idx += kThreads) {
+      const int r = idx / kDim, col = idx % kDim, pr = pr0 + r;
+      float x = 0.0f;
+      if (pr / p.group < lq && col < p.dim) x = load_elem(q_base, q_offset(pr) + col, p.in_type);
+      q_tile[swizzled<kPitch>(r, col >> 3) + (col & 7)] = MmaType<T>::from_float(x);
+    }
 
   float acc_o[kDTiles][4];
 #pragma unroll
@@ -384,11 +399,23 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
         acc += row[d] * weight;
       }
     }
+    const int pr = pr0 + r, i = pr / p.group;
+    if (i >= lq) continue;
     const float value = poisoned ? NAN : (total > 0.0f ? acc / total : 0.0f);
-    part_out[r * p.dim_v + d] = value;
-    if (d == 0)
-      part_lse[r] =
-          poisoned ? NAN : (total > 0.0f ? (m + __log2f(total)) * 0.6931471805599453f : -INFINITY);
+    const float lse =
+        poisoned ? NAN : (total > 0.0f ? (m + __log2f(total)) * 0.6931471805599453f : -INFINITY);
+    if (p.splits > 1) {
+      part_out[r * p.dim_v + d] = value;
+      if (d == 0) part_lse[r] = lse;
+      continue;
+    }
+    // The keys are not split: this is the result.
+    const int hq = h * p.group + pr % p.group;
+    const std::int64_t q_row = q_first_row + i;
+    store_elem(p.out, b * p.o_stride_b + q_row * p.o_stride_l + hq * p.o_stride_h + d, p.out_type,
+               value);
+    if (d == 0 && p.lse != nullptr)
+      p.lse[b * p.lse_stride_b + hq * p.lse_stride_h + q_row * p.lse_stride_l] = lse;
   }
 }
 
