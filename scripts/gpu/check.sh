@@ -247,7 +247,7 @@ if has_stage decode_bench; then  # after python: python/bench/decode.py (DECODE_
   for args in "" "--lq 4 --torch= --batches 1,64 --lengths 16384" \
     "--block-sizes 16,256 --torch= --batches 1,8 --lengths 4096,131072"; do
     (cd /tmp && timeout 240 /tmp/tileattn-venv/bin/python "$ROOT/python/bench/decode.py" $args \
-      ${DECODE_ARGS:-}) 2>&1 | tail -22 | tee -a "$OUT/decode.txt" | tee -a "$SUMMARY"
+      ${DECODE_ARGS:-}) 2>&1 | tail -90 | tee -a "$OUT/decode.txt" | tee -a "$SUMMARY"
   done
 fi
 if has_stage sanitize; then
