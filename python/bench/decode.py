@@ -117,6 +117,9 @@ def main() -> None:
     ap.add_argument("--max-gib", type=float, default=9.0, help="skip shapes whose K+V exceed it")
     ap.add_argument("--torch", default="cudnn,flash", help="PyTorch back ends to time")
     ap.add_argument("--mode", choices=["graph", "eager"], default="graph")
+    ap.add_argument("--head-major", action="store_true",
+                    help="also time tileattn on a head-major cache ([B, Hkv, Lk, D] memory seen "
+                         "as [B, Lk, Hkv, D]: each head's keys contiguous, PyTorch's layout)")
     ap.add_argument("--kernels", action="store_true",
                     help="also print each side's GPU kernels and their mean durations (torch "
                          "profiler, cold calls)")
@@ -133,7 +136,8 @@ def main() -> None:
         "flash": torch.nn.attention.SDPBackend.FLASH_ATTENTION,
     }
     blocks = [int(x) for x in args.block_sizes.split(",") if x]
-    header = ["B", "Lk", "tileattn"] + [f"paged{b}" for b in blocks] + \
+    header = ["B", "Lk", "tileattn"] + (["head-major"] if args.head_major else []) + \
+        [f"paged{b}" for b in blocks] + \
         [f"torch-{n}" for n in args.torch.split(",") if n] + ["copy", "ta/copy", "ta/best-torch"]
     print(" | ".join(header))
     printed_host = False
@@ -157,6 +161,9 @@ def main() -> None:
                                               block_table=table, causal=True))
             qt = q.transpose(1, 2)
             kt, vt = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+            if args.head_major:
+                sides["head-major"] = lambda: tt.flash_attn_with_kvcache(
+                    q, kt.transpose(1, 2), vt.transpose(1, 2), cache_seqlens=seqlens, causal=True)
             notes = []
             for name in [n for n in args.torch.split(",") if n]:
                 def sdpa(name=name, expand=False):

@@ -118,9 +118,14 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
   const int split_keys = (span_blocks + p.splits - 1) / p.splits * kBlockN;
   const int k0 = lo + split * split_keys;
   const int k1 = min(hi, k0 + split_keys);
-  if (k0 >= k1 && p.splits > 1) {  // nothing to see in this split
-    for (int r = tid; r < kDecodeRows; r += kThreads)
-      if ((pr0 + r) / p.group < lq) part_lse[r] = -INFINITY;
+  if (k0 >= k1 && p.splits > 1) {  // nothing to see in this split: an empty part (zeros, so
+                                   // that the combine reads every split unconditionally)
+    for (int idx = tid; idx < kDecodeRows * p.dim_v; idx += kThreads) {
+      const int r = idx / p.dim_v;
+      if ((pr0 + r) / p.group >= lq) continue;
+      part_out[idx] = 0.0f;
+      if (idx % p.dim_v == 0) part_lse[r] = -INFINITY;
+    }
     return;
   }
 
