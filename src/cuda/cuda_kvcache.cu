@@ -197,7 +197,8 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
     for (int c = lane; c < d.dim_v; c += 32) {
       float acc = 0.0f;
 #pragma unroll 8
-      for (int s = 0; s < d.splits; ++s) acc += weights[warp][s] * __ldcg(parts + s * split_pitch + c);
+      for (int s = 0; s < d.splits; ++s)
+        acc += weights[warp][s] * __ldcg(parts + s * split_pitch + c);
       cuda::store_elem(out, c, out_type, poisoned ? NAN : acc);
     }
   }
