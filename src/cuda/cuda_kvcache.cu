@@ -119,22 +119,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One warp per output row (sequence b, query row i, head hq): the splits' results merged by
-// their lse (a -inf split weighs nothing; a NaN or +inf one poisons the row). Lane t reads the
-// lse of splits t, t + 32, ..; the weights go through shared memory, and the weighted sum walks
-// the splits with unconditional 16-byte loads (every split writes its part, zeros when empty),
-// so that the loads of consecutive splits are in flight together. (A loop with a load per
-// split behind a branch ran them one after another: 36 us for 32 splits at B 1.)
+// One CTA per output row (sequence b, query row i, head hq): the splits' results merged by their
+// lse (a -inf split weighs nothing; a NaN or +inf one poisons the row). Warp 0 turns the splits'
+// lse into weights (lane t holds splits t, t + 32, ..); then warp w sums splits w, w + 4, .. with
+// unconditional 16-byte loads (every split writes its part, zeros when empty), so that a lane's
+// loads are in flight together, and the warps' sums meet in shared memory. (A warp per row with
+// a load per split behind a branch ran them one after another: 36 us for 32 splits at B 1.)
 constexpr int kCombineWarps = 4;
 constexpr int kCombineSplitsPerLane = 4;
 static_assert(kCombineSplitsPerLane * 32 >= cuda::kMaxDecodeSplits, "a lane per split");
 __global__ void __launch_bounds__(kCombineWarps * 32)
     combine_kernel(const __grid_constant__ cuda::DecodeParams d,
                    const __grid_constant__ KvCacheParams p) {
-  __shared__ float weights[kCombineWarps][cuda::kMaxDecodeSplits];
-  const int b = static_cast<int>(blockIdx.y);
+  __shared__ float weights[cuda::kMaxDecodeSplits];
+  __shared__ float sums[kCombineWarps][256];  // dim_v <= 256
+  __shared__ float row_lse;
+  __shared__ bool row_poisoned;
+  const int b = static_cast<int>(blockIdx.y), row = static_cast<int>(blockIdx.x);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int row = static_cast<int>(blockIdx.x) * kCombineWarps + warp;
   const AttnParams& a = p.attn;
   const int hq_count = static_cast<int>(a.heads_q);
   const int i = row / hq_count, hq = row % hq_count;
@@ -145,66 +147,78 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
       (((static_cast<std::int64_t>(b) * d.heads_kv + h) * d.row_tiles + tile) * d.splits) *
           cuda::kDecodeRows +
       r;
-  constexpr unsigned kAll = 0xffffffffu;
-  float lse[kCombineSplitsPerLane];
-  float m = -INFINITY;
-  bool poisoned = false;
+  if (warp == 0) {
+    constexpr unsigned kAll = 0xffffffffu;
+    float lse[kCombineSplitsPerLane];
+    float m = -INFINITY;
+    bool poisoned = false;
 #pragma unroll
-  for (int k = 0; k < kCombineSplitsPerLane; ++k) {
-    const int s = lane + 32 * k;
-    lse[k] = s < d.splits ? d.part_lse[base + s * cuda::kDecodeRows] : -INFINITY;
-    poisoned |= !(lse[k] < INFINITY);
-    m = fmaxf(m, lse[k]);
+    for (int k = 0; k < kCombineSplitsPerLane; ++k) {
+      const int s = lane + 32 * k;
+      lse[k] = s < d.splits ? d.part_lse[base + s * cuda::kDecodeRows] : -INFINITY;
+      poisoned |= !(lse[k] < INFINITY);
+      m = fmaxf(m, lse[k]);
+    }
+    poisoned = __any_sync(kAll, poisoned);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(kAll, m, off));
+    const bool empty = poisoned || m == -INFINITY;
+    float weight[kCombineSplitsPerLane], total = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kCombineSplitsPerLane; ++k) {
+      weight[k] = empty || lse[k] == -INFINITY ? 0.0f : expf(lse[k] - m);
+      total += weight[k];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) total += __shfl_xor_sync(kAll, total, off);
+#pragma unroll
+    for (int k = 0; k < kCombineSplitsPerLane; ++k)
+      weights[lane + 32 * k] = empty ? 0.0f : weight[k] / total;
+    if (lane == 0) {
+      row_poisoned = poisoned;
+      row_lse = poisoned ? NAN : (m == -INFINITY ? -INFINITY : m + logf(total));
+    }
   }
-  poisoned = __any_sync(kAll, poisoned);
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(kAll, m, off));
-  const bool empty = poisoned || m == -INFINITY;
-  float weight[kCombineSplitsPerLane], total = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kCombineSplitsPerLane; ++k) {
-    weight[k] = empty || lse[k] == -INFINITY ? 0.0f : expf(lse[k] - m);
-    total += weight[k];
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) total += __shfl_xor_sync(kAll, total, off);
-#pragma unroll
-  for (int k = 0; k < kCombineSplitsPerLane; ++k)
-    weights[warp][lane + 32 * k] = empty ? 0.0f : weight[k] / total;
-  __syncwarp();
+  __syncthreads();
 
-  const std::int64_t q_row = (a.cu_seqlens_q != nullptr ? a.cu_seqlens_q[b] : 0) + i;
-  char* const out =
-      static_cast<char*>(a.out) + (b * a.o_stride_b + q_row * a.o_stride_l + hq * a.o_stride_h) *
-                                      (a.out_dtype == DType::f32 ? 4 : 2);
-  const cuda::ElemType out_type = cuda::elem_of(a.out_dtype);
   const float* const parts = d.part_out + base * d.dim_v;
   const std::int64_t split_pitch = static_cast<std::int64_t>(cuda::kDecodeRows) * d.dim_v;
   if (d.dim_v % 4 == 0) {  // rows of 16-byte groups (the workspace is 256-byte aligned)
     for (int c = lane * 4; c < d.dim_v; c += 128) {
       float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
-      for (int s = 0; s < d.splits; ++s) {
-        const float w = weights[warp][s];
+      for (int s = warp; s < d.splits; s += kCombineWarps) {
+        const float w = weights[s];
         const float4 x = __ldcg(reinterpret_cast<const float4*>(parts + s * split_pitch + c));
         acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
       }
-      const float v[4] = {acc.x, acc.y, acc.z, acc.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) cuda::store_elem(out, c + e, out_type, poisoned ? NAN : v[e]);
+      sums[warp][c] = acc.x, sums[warp][c + 1] = acc.y;
+      sums[warp][c + 2] = acc.z, sums[warp][c + 3] = acc.w;
     }
   } else {
     for (int c = lane; c < d.dim_v; c += 32) {
       float acc = 0.0f;
 #pragma unroll 8
-      for (int s = 0; s < d.splits; ++s)
-        acc += weights[warp][s] * __ldcg(parts + s * split_pitch + c);
-      cuda::store_elem(out, c, out_type, poisoned ? NAN : acc);
+      for (int s = warp; s < d.splits; s += kCombineWarps)
+        acc += weights[s] * __ldcg(parts + s * split_pitch + c);
+      sums[warp][c] = acc;
     }
   }
-  if (lane == 0 && a.lse != nullptr)
-    a.lse[b * a.lse_stride_b + hq * a.lse_stride_h + q_row * a.lse_stride_l] =
-        poisoned ? NAN : (m == -INFINITY ? -INFINITY : m + logf(total));
+  __syncthreads();
+
+  const std::int64_t q_row = (a.cu_seqlens_q != nullptr ? a.cu_seqlens_q[b] : 0) + i;
+  char* const out =
+      static_cast<char*>(a.out) + (b * a.o_stride_b + q_row * a.o_stride_l + hq * a.o_stride_h) *
+                                      (a.out_dtype == DType::f32 ? 4 : 2);
+  const cuda::ElemType out_type = cuda::elem_of(a.out_dtype);
+  for (int c = static_cast<int>(threadIdx.x); c < d.dim_v; c += kCombineWarps * 32) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kCombineWarps; ++w) acc += sums[w][c];
+    cuda::store_elem(out, c, out_type, row_poisoned ? NAN : acc);
+  }
+  if (threadIdx.x == 0 && a.lse != nullptr)
+    a.lse[b * a.lse_stride_b + hq * a.lse_stride_h + q_row * a.lse_stride_l] = row_lse;
 }
 
 void check_launch(const char* what) {
@@ -327,9 +341,7 @@ void cuda_attention_with_kvcache(const KvCacheParams& p, void* stream_ptr) {
   if (status != cudaSuccess) throw_cuda("attention_with_kvcache (decode)", status);
   if (splits == 1) return;  // the decode kernel wrote the result
 
-  const std::int64_t rows_per_seq = a.len_q * a.heads_q;
-  combine_kernel<<<dim3(static_cast<unsigned>((rows_per_seq + kCombineWarps - 1) / kCombineWarps),
-                        static_cast<unsigned>(B)),
+  combine_kernel<<<dim3(static_cast<unsigned>(a.len_q * a.heads_q), static_cast<unsigned>(B)),
                    kCombineWarps * 32, 0, stream>>>(d, p);
   check_launch("attention_with_kvcache (combine)");
 }

@@ -158,23 +158,46 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
   const char* const v_base =
       static_cast<const char*>(p.v) + static_cast<std::int64_t>(h) * p.v_stride_h * esize;
 
+  // A contiguous cache: the sequence's block offset (row j is a stride further).
+  std::int64_t k_seq = 0, v_seq = 0;
+  if (p.block_table == nullptr) {
+    std::int64_t blk, unused;
+    cache_slot(p, b, 0, blk, unused);
+    k_seq = blk * p.k_stride_blk;
+    v_seq = blk * p.v_stride_blk;
+  }
+
   // K and V rows of block n0 into slot `slot`: 16-byte copies of gathered rows (zero past k1).
   auto load_kv = [&](int n0, int slot) {
     T* const k_tile = kv_tiles + slot * 2 * kBlockN * kPitch;
     T* const v_tile = k_tile + kBlockN * kPitch;
     if (p.vector_loads) {
+      // Thread tid copies 16-byte chunk tid % kChunks of rows tid / kChunks + k * kRowStep.
       // Unrolled so that the block-table reads of all of the thread's rows issue before their
-      // copies (a paged cache's page lookups would otherwise serialise with the copies).
-      static_assert(kBlockN * kChunks % kThreads == 0, "whole rounds of 16-byte copies");
+      // copies (a paged cache's page lookups would otherwise serialise with the copies); a
+      // contiguous cache's rows are a fixed stride apart (no per-row lookup at all).
+      static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0,
+                    "whole rounds of 16-byte copies");
+      constexpr int kRowStep = kThreads / kChunks;
+      const int chunk = tid % kChunks, row0 = tid / kChunks;
+      const bool k_col = chunk * 8 < p.dim, v_col = chunk * 8 < p.dim_v;
 #pragma unroll
-      for (int idx = tid; idx < kBlockN * kChunks; idx += kThreads) {
-        const int row = idx / kChunks, chunk = idx % kChunks, j = n0 + row;
+      for (int k = 0; k < kBlockN / kRowStep; ++k) {
+        const int row = row0 + k * kRowStep, j = n0 + row;
         const bool key_ok = j < k1;
-        std::int64_t blk = 0, slot_row = 0;
-        if (key_ok) cache_slot(p, b, j, blk, slot_row);
-        const std::int64_t ko = blk * p.k_stride_blk + slot_row * p.k_stride_row;
-        const std::int64_t vo = blk * p.v_stride_blk + slot_row * p.v_stride_row;
-        const bool k_ok = key_ok && chunk * 8 < p.dim, v_ok = key_ok && chunk * 8 < p.dim_v;
+        std::int64_t ko = 0, vo = 0;
+        if (key_ok) {
+          if (p.block_table == nullptr) {
+            ko = k_seq + static_cast<std::int64_t>(j) * p.k_stride_row;
+            vo = v_seq + static_cast<std::int64_t>(j) * p.v_stride_row;
+          } else {
+            std::int64_t blk, slot_row;
+            cache_slot(p, b, j, blk, slot_row);
+            ko = blk * p.k_stride_blk + slot_row * p.k_stride_row;
+            vo = blk * p.v_stride_blk + slot_row * p.v_stride_row;
+          }
+        }
+        const bool k_ok = key_ok && k_col, v_ok = key_ok && v_col;
         cp_async_16(smem_address(k_tile + swizzled<kPitch>(row, chunk)),
                     k_ok ? k_base + (ko + chunk * 8) * esize : k_base, k_ok ? 16 : 0);
         cp_async_16(smem_address(v_tile + swizzled<kPitch>(row, chunk)),
@@ -382,9 +405,10 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
   }
   __syncthreads();
 
-  // Merge the warps: lse = log2-sum over warps, out = their weighted sum / total.
-  for (int idx = tid; idx < kDecodeRows * p.dim_v; idx += kThreads) {
-    const int r = idx / p.dim_v, d = idx % p.dim_v;
+  // Merge the warps, for the tile's real rows only: each row's max, total and the warps'
+  // weights once (row[kDim + 3 ..]: weight of warp w), then out = weighted sum / total.
+  const int rows = min(kDecodeRows, lq * p.group - pr0);
+  for (int r = tid; r < rows; r += kThreads) {
     float m = -INFINITY;
     bool poisoned = false;
 #pragma unroll
@@ -393,19 +417,33 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
       m = fmaxf(m, row[kDim]);
       poisoned |= row[kDim + 2] != 0.0f;
     }
-    float total = 0.0f, acc = 0.0f;
-    if (m != -INFINITY) {
+    float total = 0.0f;
 #pragma unroll
-      for (int w = 0; w < DecodeConfig::kWarps; ++w) {
-        const float* row = merge + (w * kDecodeRows + r) * kRowPitch;
-        if (row[kDim] == -INFINITY) continue;
-        const float weight = exp2_approx(row[kDim] - m);
-        total += row[kDim + 1] * weight;
-        acc += row[d] * weight;
-      }
+    for (int w = 0; w < DecodeConfig::kWarps; ++w) {
+      float* row = merge + (w * kDecodeRows + r) * kRowPitch;
+      const float weight =
+          m == -INFINITY || row[kDim] == -INFINITY ? 0.0f : exp2_approx(row[kDim] - m);
+      total += row[kDim + 1] * weight;
+      row[kDim + 3] = weight;
+    }
+    float* const row0 = merge + r * kRowPitch;
+    row0[kDim + 1] = total;  // warp 0's sum is no longer needed
+    row0[kDim + 2] = poisoned ? 1.0f : 0.0f;
+    row0[kDim] = m;
+  }
+  __syncthreads();
+  for (int idx = tid; idx < rows * p.dim_v; idx += kThreads) {
+    const int r = idx / p.dim_v, d = idx % p.dim_v;
+    const float* const row0 = merge + r * kRowPitch;
+    const float m = row0[kDim], total = row0[kDim + 1];
+    const bool poisoned = row0[kDim + 2] != 0.0f;
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < DecodeConfig::kWarps; ++w) {
+      const float* row = merge + (w * kDecodeRows + r) * kRowPitch;
+      acc += row[d] * row[kDim + 3];
     }
     const int pr = pr0 + r, i = pr / p.group;
-    if (i >= lq) continue;
     const float value = poisoned ? NAN : (total > 0.0f ? acc / total : 0.0f);
     const float lse =
         poisoned ? NAN : (total > 0.0f ? (m + __log2f(total)) * 0.6931471805599453f : -INFINITY);
