@@ -92,4 +92,10 @@ struct KvCacheArgs {
 
 void attention_with_kvcache(const KvCacheArgs& args, const Context& ctx = {});
 
+// The device bytes attention_with_kvcache(args, ctx) needs in Context::cuda_workspace (split
+// results, a rotated copy of q): 0 when the call needs none or runs on a host backend.
+// Validates the arguments as attention_with_kvcache does (same errors).
+std::size_t attention_with_kvcache_workspace_bytes(const KvCacheArgs& args,
+                                                   const Context& ctx = {});
+
 }  // namespace tileattn

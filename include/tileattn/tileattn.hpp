@@ -187,11 +187,12 @@ struct Context {
   // bf16 when loaded and multiplied with f32 accumulation, ~3e-3 relative error, the fastest.
   // No effect on other dtypes or backends.
   bool cuda_f32_via_bf16 = false;
-  // Optional caller-owned device memory for the CUDA backward's workspace, e.g. from a
-  // framework's caching allocator (so that a CUDA graph capture sees no allocation by the
-  // library). At least attention_backward_workspace_bytes(args, ctx) bytes on the tensors'
-  // device, 256-byte aligned, reserved for this call's work on cuda_stream. Null (the default):
-  // the backward takes its workspace from the stream-ordered pool the library keeps per device.
+  // Optional caller-owned device memory for the workspace of the CUDA backward and of
+  // attention_with_kvcache, e.g. from a framework's caching allocator (so that a CUDA graph
+  // capture sees no allocation by the library). At least attention_backward_workspace_bytes
+  // (or attention_with_kvcache_workspace_bytes) bytes on the tensors' device, 256-byte
+  // aligned, reserved for this call's work on cuda_stream. Null (the default): the call takes
+  // its workspace from the stream-ordered pool the library keeps per device.
   void* cuda_workspace = nullptr;
   std::size_t cuda_workspace_bytes = 0;
 };

@@ -133,24 +133,11 @@ void backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::han
   offsets.apply(a);
   apply(o, a);
   Context ctx = context_of(o);
-  // The CUDA workspace from the caller's allocator (PyTorch's caching allocator for
-  // tileattn.torch, so that CUDA graph capture sees no allocation by the library).
-  nb::object workspace_array;
-  ArrayView vworkspace;
-  if (!workspace.is_none() && a.q.device == Device::cuda) {
-    const std::size_t bytes = attention_backward_workspace_bytes(a, ctx);
-    if (bytes > 0) {
-      workspace_array = workspace(bytes);
-      vworkspace = view_of(workspace_array, "workspace", Access::write);
-      const Tensor& w = vworkspace.tensor;
-      if (w.device != Device::cuda || w.device_index != a.q.device_index)
-        throw Error("tileattn: argument 'workspace': must return an array on q's device");
-      std::size_t given = size_of(w.dtype);
-      for (int d = 0; d < w.rank; ++d) given *= static_cast<std::size_t>(w.shape[d]);
-      ctx.cuda_workspace = w.data;
-      ctx.cuda_workspace_bytes = given;
-    }
-  }
+  const CallerWorkspace given = take_workspace(workspace,
+                                               workspace.is_none() || a.q.device != Device::cuda
+                                                   ? 0
+                                                   : attention_backward_workspace_bytes(a, ctx),
+                                               a.q, ctx);
   nb::gil_scoped_release release;
   attention_backward(a, ctx);
 }

@@ -98,6 +98,22 @@ ArrayView view_of(nb::handle obj, const char* name, Access access) {
   return import_array<nb::ndarray<nb::ro>>(obj, name, "an array");
 }
 
+CallerWorkspace take_workspace(nb::handle workspace, std::size_t bytes, const Tensor& q,
+                               Context& ctx) {
+  CallerWorkspace w;
+  if (workspace.is_none() || q.device != Device::cuda || bytes == 0) return w;
+  w.array = workspace(bytes);
+  w.view = view_of(w.array, "workspace", Access::write);
+  const Tensor& t = w.view.tensor;
+  if (t.device != Device::cuda || t.device_index != q.device_index)
+    throw Error("tileattn: argument 'workspace': must return an array on q's device");
+  std::size_t given = size_of(t.dtype);
+  for (int d = 0; d < t.rank; ++d) given *= static_cast<std::size_t>(t.shape[d]);
+  ctx.cuda_workspace = t.data;
+  ctx.cuda_workspace_bytes = given;
+  return w;
+}
+
 ArrayView optional_view_of(nb::handle obj, const char* name, Access access) {
   if (obj.is_none()) return {};
   return view_of(obj, name, access);

@@ -29,4 +29,15 @@ ArrayView view_of(nanobind::handle obj, const char* name, Access access = Access
 // None -> an absent tensor (Tensor{}); anything else as view_of.
 ArrayView optional_view_of(nanobind::handle obj, const char* name, Access access = Access::read);
 
+// A CUDA workspace from the caller's allocator (PyTorch's caching allocator for tileattn.torch,
+// so that CUDA graph capture sees no allocation by the library): `workspace(bytes)` (a callable
+// returning a 1-D device array) on q's device, put in ctx.cuda_workspace. None, a host q or
+// 0 bytes: nothing. Keep the result alive for the call.
+struct CallerWorkspace {
+  nanobind::object array;
+  ArrayView view;
+};
+CallerWorkspace take_workspace(nanobind::handle workspace, std::size_t bytes, const Tensor& q,
+                               Context& ctx);
+
 }  // namespace tileattn::python

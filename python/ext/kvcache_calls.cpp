@@ -37,7 +37,7 @@ void kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k_
              nb::handle out, nb::handle lse, std::optional<float> scale, bool causal,
              std::int64_t window_left, std::int64_t window_right, float softcap,
              bool rotary_interleaved, int num_splits, std::int64_t max_seqlen_q, int backend,
-             int threads, int cpu_isa, std::uintptr_t stream) {
+             int threads, int cpu_isa, std::uintptr_t stream, nb::handle workspace) {
   // The cache is written only when new keys are appended: a read-only cache serves a call
   // without k_new / v_new.
   const Access cache_access = k_new.is_none() && v_new.is_none() ? Access::read : Access::write;
@@ -83,7 +83,12 @@ void kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k_
   a.window_right = window_right;
   a.softcap = softcap;
   a.num_splits = num_splits;
-  const Context ctx = context_of(backend, threads, cpu_isa, stream);
+  Context ctx = context_of(backend, threads, cpu_isa, stream);
+  const CallerWorkspace given = take_workspace(workspace,
+                                               workspace.is_none() || a.q.device != Device::cuda
+                                                   ? 0
+                                                   : attention_with_kvcache_workspace_bytes(a, ctx),
+                                               a.q, ctx);
   nb::gil_scoped_release release;
   attention_with_kvcache(a, ctx);
 }
@@ -118,10 +123,11 @@ void register_kvcache_calls(nb::module_& m) {
         "cu_seqlens_q"_a.none(), "cu_seqlens_k_new"_a.none(), "out"_a, "lse"_a.none(),
         "scale"_a.none(), "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a,
         "rotary_interleaved"_a, "num_splits"_a, "max_seqlen_q"_a, "backend"_a, "threads"_a,
-        "cpu_isa"_a, "stream"_a,
+        "cpu_isa"_a, "stream"_a, "workspace"_a.none() = nb::none(),
         "tileattn::attention_with_kvcache on caller-allocated arrays (see "
         "tileattn.attention_with_kvcache); k_cache and v_cache are written when k_new and v_new "
-        "are given.");
+        "are given. workspace: None, or a callable taking a byte count and returning a "
+        "contiguous 1-D device array at least that large (the CUDA workspace).");
   m.def("rotary", &rotary, "x"_a, "cos"_a, "sin"_a, "out"_a, "seqlen_offsets"_a.none(),
         "cu_seqlens"_a.none(), "interleaved"_a, "backend"_a, "threads"_a, "stream"_a,
         "tileattn::apply_rotary on caller-allocated arrays (see tileattn.apply_rotary); out may "

@@ -55,7 +55,8 @@ void attention_with_kvcache(const KvCacheArgs& args, const Context& ctx) {
 #if defined(TILEATTN_WITH_CUDA)
     if (p.attn.device != Device::cuda)
       throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
-    detail::cuda_attention_with_kvcache(p, ctx.cuda_stream);
+    detail::cuda_attention_with_kvcache(p, ctx.cuda_stream, ctx.cuda_workspace,
+                                        ctx.cuda_workspace_bytes);
     return;
 #else
     no_cuda_backend();
@@ -69,6 +70,17 @@ void attention_with_kvcache(const KvCacheArgs& args, const Context& ctx) {
     else
       detail::cpu_kvcache_attention(p, ctx.threads, ctx.cpu_isa);
   });
+}
+
+std::size_t attention_with_kvcache_workspace_bytes(const KvCacheArgs& args, const Context& ctx) {
+  const detail::KvCacheParams p = detail::validate_kvcache(args);
+  if (detail::resolve_backend(ctx, p.attn.device) != Backend::cuda || p.attn.device != Device::cuda)
+    return 0;
+#if defined(TILEATTN_WITH_CUDA)
+  return detail::cuda_kvcache_workspace_bytes(p);
+#else
+  return 0;
+#endif
 }
 
 }  // namespace tileattn

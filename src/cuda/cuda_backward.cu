@@ -121,16 +121,6 @@ BackwardPlan plan_backward(const AttnBackwardParams& p) {
   return b;
 }
 
-// A caller's workspace (Context::cuda_workspace) must hold `needed` bytes, 256-byte aligned.
-void check_given_workspace(const void* given, std::size_t given_bytes, std::size_t needed) {
-  if (given == nullptr) return;
-  if (given_bytes < needed)
-    throw Error("tileattn: argument 'ctx.cuda_workspace': " + std::to_string(given_bytes) +
-                " bytes given, the call needs " + std::to_string(needed));
-  if (reinterpret_cast<std::uintptr_t>(given) % 256 != 0)
-    throw Error("tileattn: argument 'ctx.cuda_workspace': must be 256-byte aligned");
-}
-
 bool runs_f32_kernels(const AttnBackwardParams& p, bool f32_via_bf16) {
   return p.dtype == DType::f32 && !f32_via_bf16;
 }

@@ -152,6 +152,15 @@ cudaMemPool_t workspace_pool(int device) {
 
 }  // namespace
 
+void check_given_workspace(const void* given, std::size_t given_bytes, std::size_t needed) {
+  if (given == nullptr) return;
+  if (given_bytes < needed)
+    throw Error("tileattn: argument 'ctx.cuda_workspace': " + std::to_string(given_bytes) +
+                " bytes given, the call needs " + std::to_string(needed));
+  if (reinterpret_cast<std::uintptr_t>(given) % 256 != 0)
+    throw Error("tileattn: argument 'ctx.cuda_workspace': must be 256-byte aligned");
+}
+
 StreamWorkspace::StreamWorkspace(std::size_t bytes, int device, cudaStream_t stream)
     : stream_(stream) {
   if (bytes == 0) return;

@@ -37,6 +37,10 @@ cuda::FlashFwdParams make_fwd_params(const AttnParams& p, int block_m);
 // heads, shared by every backward kernel family's parameters.
 void set_gradient_views(cuda::FlashBwdParams& k, const AttnBackwardParams& p);
 
+// A caller's workspace (Context::cuda_workspace) must hold `needed` bytes, 256-byte aligned
+// (tileattn::Error otherwise); null passes.
+void check_given_workspace(const void* given, std::size_t given_bytes, std::size_t needed);
+
 // Makes `device` current for the launch and restores the caller's device afterwards.
 class DeviceGuard {
  public:

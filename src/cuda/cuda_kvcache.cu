@@ -235,44 +235,72 @@ bool aligned_rows(const void* base, std::int64_t stride_a, std::int64_t stride_b
   return aligned16(base) && stride_a % 8 == 0 && stride_b % 8 == 0 && stride_c % 8 == 0;
 }
 
-}  // namespace
+// The call's launch shape and workspace: the decode kernel's grid is (splits, row tiles x kv
+// heads, batch), sized from the cache's capacity (device lengths are not read here) and the
+// kernel's occupancy; the workspace holds q's rotated copy and the splits' results.
+struct DecodeCallPlan {
+  int bucket, block_n, group, row_tiles;
+  std::int64_t ctas, splits, q_rows;
+  std::size_t q_bytes, out_bytes, lse_bytes;
+  std::size_t workspace_bytes() const { return q_bytes + out_bytes + lse_bytes; }
+};
 
-void cuda_attention_with_kvcache(const KvCacheParams& p, void* stream_ptr) {
+DecodeCallPlan plan_call(const KvCacheParams& p) {
   const AttnParams& a = p.attn;
+  DecodeCallPlan c{};
+  c.bucket = cuda::decode_bucket(static_cast<int>(a.dim), static_cast<int>(a.dim_v));
+  c.block_n = cuda::decode_block_n(c.bucket);
+  c.group = static_cast<int>(a.heads_per_kv);
+  c.row_tiles = static_cast<int>(
+      std::max<std::int64_t>(1, (a.len_q * c.group + cuda::kDecodeRows - 1) / cuda::kDecodeRows));
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, a.device_index);
+  c.ctas = a.batch * a.heads_kv * c.row_tiles;
+  c.splits = cuda::plan_decode_splits(c.ctas, (p.cache.capacity() + c.block_n - 1) / c.block_n,
+                                      static_cast<std::int64_t>(sms) *
+                                          cuda::decode_ctas_per_sm(elem_type(a.dtype), c.bucket),
+                                      p.num_splits)
+                 .splits;
+  c.q_rows = a.is_varlen() ? a.total_q : a.batch * a.len_q;
+  c.q_bytes =
+      p.rotary.present() ? align256(static_cast<std::size_t>(c.q_rows * a.heads_q * a.dim * 2)) : 0;
+  const std::int64_t part_rows = c.splits > 1 ? c.ctas * c.splits * cuda::kDecodeRows : 0;
+  c.out_bytes = align256(static_cast<std::size_t>(part_rows * a.dim_v * 4));
+  c.lse_bytes = align256(static_cast<std::size_t>(part_rows * 4));
+  return c;
+}
+
+void require_16bit(const AttnParams& a) {
   if (a.dtype == DType::f32)
     throw Error(
         "tileattn: argument 'q': the CUDA backend serves f16 and bf16 KV caches; an f32 cache "
         "runs on the CPU backend");
+}
+
+}  // namespace
+
+std::size_t cuda_kvcache_workspace_bytes(const KvCacheParams& p) {
+  require_16bit(p.attn);
+  const DeviceGuard guard(p.attn.device_index);
+  return plan_call(p).workspace_bytes();
+}
+
+void cuda_attention_with_kvcache(const KvCacheParams& p, void* stream_ptr, void* given_workspace,
+                                 std::size_t given_bytes) {
+  const AttnParams& a = p.attn;
+  require_16bit(a);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const DeviceGuard guard(a.device_index);
   const CacheLayout& c = p.cache;
   const int B = static_cast<int>(a.batch);
-
-  // Split plan: the kernel's grid is (splits, row tiles x kv heads, batch), sized from the
-  // cache's capacity (device lengths are not read here) and the kernel's occupancy.
-  const int bucket = cuda::decode_bucket(static_cast<int>(a.dim), static_cast<int>(a.dim_v));
-  const int block_n = cuda::decode_block_n(bucket);
-  const int group = static_cast<int>(a.heads_per_kv);
-  const int row_tiles = static_cast<int>(
-      std::max<std::int64_t>(1, (a.len_q * group + cuda::kDecodeRows - 1) / cuda::kDecodeRows));
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, a.device_index);
-  const std::int64_t capacity = c.capacity();
-  const std::int64_t ctas = static_cast<std::int64_t>(B) * a.heads_kv * row_tiles;
-  const cuda::DecodeSplitPlan plan = cuda::plan_decode_splits(
-      ctas, (capacity + block_n - 1) / block_n,
-      static_cast<std::int64_t>(sms) * cuda::decode_ctas_per_sm(elem_type(a.dtype), bucket),
-      p.num_splits);
-  const std::int64_t splits = plan.splits;
-
-  const std::int64_t q_rows = a.is_varlen() ? a.total_q : a.batch * a.len_q;
-  const std::size_t q_bytes =
-      p.rotary.present() ? align256(static_cast<std::size_t>(q_rows * a.heads_q * a.dim * 2)) : 0;
-  const std::int64_t part_rows = splits > 1 ? ctas * splits * cuda::kDecodeRows : 0;
-  const std::size_t out_bytes = align256(static_cast<std::size_t>(part_rows * a.dim_v * 4));
-  const std::size_t lse_bytes = align256(static_cast<std::size_t>(part_rows * 4));
-  const StreamWorkspace workspace(q_bytes + out_bytes + lse_bytes, a.device_index, stream);
-  char* const ws = static_cast<char*>(workspace.data());
+  const DecodeCallPlan plan = plan_call(p);
+  check_given_workspace(given_workspace, given_bytes, plan.workspace_bytes());
+  const int bucket = plan.bucket, group = plan.group, row_tiles = plan.row_tiles;
+  const std::int64_t splits = plan.splits, q_rows = plan.q_rows;
+  const std::size_t q_bytes = plan.q_bytes, out_bytes = plan.out_bytes;
+  const StreamWorkspace pooled(given_workspace != nullptr ? 0 : plan.workspace_bytes(),
+                               a.device_index, stream);
+  char* const ws = static_cast<char*>(given_workspace != nullptr ? given_workspace : pooled.data());
 
   if (p.has_new() && p.len_new > 0) {
     append_kernel<<<dim3(static_cast<unsigned>(p.len_new), static_cast<unsigned>(B)), kThreads, 0,
@@ -310,7 +338,7 @@ void cuda_attention_with_kvcache(const KvCacheParams& p, void* stream_ptr) {
   d.cache_seqlens = p.cache_seqlens;
   d.cu_seqlens_k_new = p.cu_seqlens_k_new;
   d.len_new = p.has_new() ? static_cast<int>(p.len_new) : 0;
-  d.capacity = static_cast<int>(capacity);
+  d.capacity = static_cast<int>(c.capacity());
   d.batch = B;
   d.heads_kv = static_cast<int>(a.heads_kv);
   d.group = group;

@@ -87,9 +87,11 @@ struct DeviceKv {
     if (args.alibi_slopes.present()) args.alibi_slopes = on_device(args.alibi_slopes, slopes);
   }
 
-  void run(KvProblem& p) {
+  void run(KvProblem& p, void* workspace = nullptr, std::size_t workspace_bytes = 0) {
     Context ctx;
     ctx.backend = Backend::cuda;
+    ctx.cuda_workspace = workspace;
+    ctx.cuda_workspace_bytes = workspace_bytes;
     attention_with_kvcache(args, ctx);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     out.download(p.out);
@@ -223,6 +225,36 @@ TEST_P(CudaKvCache, SplitCountsAgree) {
     const ErrorStats e = compare(p.out.to_f32(), first);
     EXPECT_LE(e.rel_l2, 2e-3) << "num_splits " << splits << ": " << e.str();
   }
+}
+
+// A caller's workspace (Context::cuda_workspace, NaN-poisoned, exactly the bytes asked for) gives
+// the pooled workspace's result bitwise; one byte short is refused.
+TEST_P(CudaKvCache, CallersWorkspaceGivesThePooledResult) {
+  TILEATTN_REQUIRE_CUDA();
+  TILEATTN_TRACE_SEED();
+  Rng rng = make_rng();
+  KvCase c = GetParam();
+  c.num_splits = 3;  // split results live in the workspace
+  KvProblem pooled(c, DType::bf16, rng);
+  KvProblem given = pooled;
+  DeviceKv device(pooled);
+  device.run(pooled);
+  Context ctx;
+  ctx.backend = Backend::cuda;
+  const std::size_t bytes = attention_with_kvcache_workspace_bytes(device.args, ctx);
+  EXPECT_GT(bytes, 0u);
+  void* workspace = nullptr;
+  ASSERT_EQ(cudaMalloc(&workspace, bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemset(workspace, 0xff, bytes), cudaSuccess);
+  DeviceKv device_given(given);
+  ctx.cuda_workspace = workspace;
+  ctx.cuda_workspace_bytes = bytes - 1;
+  EXPECT_THROW(attention_with_kvcache(device_given.args, ctx), Error);
+  device_given.run(given, workspace, bytes);
+  cudaFree(workspace);
+  EXPECT_EQ(given.out.bytes(), pooled.out.bytes());
+  EXPECT_EQ(given.lse.bytes(), pooled.lse.bytes());
+  EXPECT_EQ(given.k_cache.bytes(), pooled.k_cache.bytes());
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaKvCache, ::testing::ValuesIn(cuda_cases()),

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .. import _tileattn
-from ._ops import _dl, _lse_shape, _like, _stream
+from ._ops import _dl, _like, _lse_shape, _stream, _workspace
 
 
 def kvcache_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
@@ -39,7 +39,7 @@ def kvcache_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor
                                          alibi_slopes, cu_seqlens_q, cu_seqlens_k_new, out)),
                       _dl(lse) if need_lse else None, softmax_scale, causal, window_left,
                       window_right, softcap, rotary_interleaved, num_splits, max_seqlen_q, 0, 0,
-                      255, _stream(q))
+                      255, _stream(q), _workspace(q))
     return out, lse
 
 

@@ -37,6 +37,15 @@ def _dl(x: Optional[Tensor]):
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
+def _workspace(t: Tensor):
+    """The CUDA workspace allocator handed to the library: PyTorch's caching allocator on t's
+    device (a CUDA graph capture then sees no allocation by the library), None on the CPU."""
+    if not t.is_cuda:
+        return None
+    device = t.device
+    return lambda nbytes: torch.empty(((nbytes + 3) // 4,), dtype=torch.float32, device=device)
+
+
 def _stream(t: Tensor) -> int:
     """PyTorch's current stream on t's device (the raw handle: no Stream object is built)."""
     if not t.is_cuda:
@@ -148,11 +157,7 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
         dout = dout.contiguous()
     dq, dk, dv = _like(q, q.size(-1)), _like(k, k.size(-1)), _like(v, v.size(-1))
     seed, offset = _rng_values(rng)
-    workspace = None
-    if q.is_cuda:
-        device = q.device
-        workspace = lambda nbytes: torch.empty(((nbytes + 3) // 4,), dtype=torch.float32,
-                                               device=device)
+    workspace = _workspace(q)
     _tileattn.backward(*(_dl(x) for x in (dout, q, k, v, out, lse, dq, dk, dv, mask, key_lengths,
                                           alibi_slopes)),
                        causal, int(top_left), window_left, window_right, scale, softcap,
