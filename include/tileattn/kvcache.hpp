@@ -56,6 +56,10 @@ struct KvCacheArgs {
   Tensor cache_batch_idx;  // i32 [B], contiguous caches only; entries distinct when appending
   // i32 [B]: keys already in the cache for each sequence (before the append). Required.
   Tensor cache_seqlens;
+  // Optional i32 [B]: left padding. Keys j < cache_leftpad[b] of sequence b are not attended
+  // (rows that may hold anything); positions, alignment, ALiBi distances and rotary positions
+  // stay those of the cache's rows, as in FlashAttention. 0 <= cache_leftpad[b] <= Lk.
+  Tensor cache_leftpad;
   // Optional new keys and values, q's dtype: [B, Lnew, Hkv, D] / [B, Lnew, Hkv, Dv], or with
   // cu_seqlens_q, [total_new, Hkv, D] with cu_seqlens_k_new (i32 [B + 1]) giving each
   // sequence's rows. The cache must have room: cache_seqlens[b] + Lnew_b <= capacity (Lmax, or

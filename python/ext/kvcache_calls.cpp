@@ -27,7 +27,8 @@ Context context_of(int backend, int threads, int cpu_isa, std::uintptr_t stream)
 // The arrays of KvCacheArgs, kept alive (and their views) for the call.
 struct KvCacheArrays {
   ArrayView q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cache_seqlens,
-      cache_batch_idx, block_table, alibi_slopes, cu_seqlens_q, cu_seqlens_k_new, out, lse;
+      cache_leftpad, cache_batch_idx, block_table, alibi_slopes, cu_seqlens_q, cu_seqlens_k_new,
+      out, lse;
 };
 
 void kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k_new,
@@ -37,7 +38,8 @@ void kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k_
              nb::handle out, nb::handle lse, std::optional<float> scale, bool causal,
              std::int64_t window_left, std::int64_t window_right, float softcap,
              bool rotary_interleaved, int num_splits, std::int64_t max_seqlen_q, int backend,
-             int threads, int cpu_isa, std::uintptr_t stream, nb::handle workspace) {
+             int threads, int cpu_isa, std::uintptr_t stream, nb::handle workspace,
+             nb::handle cache_leftpad) {
   // The cache is written only when new keys are appended: a read-only cache serves a call
   // without k_new / v_new.
   const Access cache_access = k_new.is_none() && v_new.is_none() ? Access::read : Access::write;
@@ -51,6 +53,7 @@ void kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k_
   v.rotary_sin = optional_view_of(rotary_sin, "rotary_sin");
   // Required by the library, which names it when absent.
   v.cache_seqlens = optional_view_of(cache_seqlens, "cache_seqlens");
+  v.cache_leftpad = optional_view_of(cache_leftpad, "cache_leftpad");
   v.cache_batch_idx = optional_view_of(cache_batch_idx, "cache_batch_idx");
   v.block_table = optional_view_of(block_table, "block_table");
   v.alibi_slopes = optional_view_of(alibi_slopes, "alibi_slopes");
@@ -69,6 +72,7 @@ void kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k_
   a.rotary_sin = v.rotary_sin.tensor;
   a.rotary_interleaved = rotary_interleaved;
   a.cache_seqlens = v.cache_seqlens.tensor;
+  a.cache_leftpad = v.cache_leftpad.tensor;
   a.cache_batch_idx = v.cache_batch_idx.tensor;
   a.block_table = v.block_table.tensor;
   a.alibi_slopes = v.alibi_slopes.tensor;
@@ -124,6 +128,7 @@ void register_kvcache_calls(nb::module_& m) {
         "scale"_a.none(), "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a,
         "rotary_interleaved"_a, "num_splits"_a, "max_seqlen_q"_a, "backend"_a, "threads"_a,
         "cpu_isa"_a, "stream"_a, "workspace"_a.none() = nb::none(),
+        "cache_leftpad"_a.none() = nb::none(),
         "tileattn::attention_with_kvcache on caller-allocated arrays (see "
         "tileattn.attention_with_kvcache); k_cache and v_cache are written when k_new and v_new "
         "are given. workspace: None, or a callable taking a byte count and returning a "

@@ -182,9 +182,11 @@ class Problem:
         return kw
 
     def expected(self, *, causal=False, window=(-1, -1), softcap=0.0, alibi=False,
-                 interleaved=True, scale=None):
+                 interleaved=True, scale=None, leftpad=None):
         """out (float64, q's shape with Dv), lse (float64 [B, Hq, Lq] or [Hq, total_q]), and
-        the new keys as the cache should hold them: {(block, row): (key f64 [Hkv, D], v)}."""
+        the new keys as the cache should hold them: {(block, row): (key f64 [Hkv, D], v)}.
+        leftpad: per sequence, the keys dropped from the front (attending to the rest alone,
+        bottom-right aligned, keeps every position and ALiBi distance)."""
         out = torch.zeros(*self.q.shape[:-1], self.dv, dtype=torch.float64)
         lse = torch.zeros((self.hq, self.q.shape[0]) if self.varlen else
                           (self.B, self.hq, self.q.shape[1]), dtype=torch.float64)
@@ -211,6 +213,8 @@ class Problem:
                 pos = length + (torch.arange(lq) if per_row else torch.zeros(lq, dtype=torch.long))
                 q = rope(q, self.cos, self.sin, pos[:, None], interleaved)
                 q = q.to(self.dtype).double()
+            if leftpad is not None:
+                keys, values = keys[leftpad[b]:], values[leftpad[b]:]
             k = torch.stack(keys) if keys else torch.zeros(0, self.hkv, self.d, dtype=torch.float64)
             v = torch.stack(values) if values else torch.zeros(0, self.hkv, self.dv,
                                                                dtype=torch.float64)
@@ -520,6 +524,39 @@ def test_flash_attn_with_kvcache_matches_reference(dtype, layout):
     assert torch.equal(only_out, out)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "batch_idx", "paged16"])
+def test_flash_attn_with_kvcache_left_padding(dtype, layout):
+    """cache_leftpad (FlashAttention's): keys below it are not attended (NaN there changes
+    nothing); rotary positions, causal alignment and ALiBi distances stay the cache rows'."""
+    p = Problem([5, 33, 7], 2, 2, rotary_dim=16, dtype=dtype, **LAYOUTS[layout])
+    leftpad = [2, 30, 9]  # the last: every key of the sequence
+    for b, lp in enumerate(leftpad):
+        for j in range(min(lp, p.cache_lens[b])):
+            for cache in (p.k_cache, p.v_cache, p.k_before, p.v_before):
+                cache[p.where(b, j)] = float("nan")
+    pad = torch.tensor(leftpad, dtype=torch.int32)
+    out, lse = tt.flash_attn_with_kvcache(
+        p.q, p.k_cache, p.v_cache, p.k, p.v, p.cos, p.sin, p.cache_seqlens, p.cache_batch_idx,
+        pad, p.block_table, causal=True, softcap=5.0, alibi_slopes=p.slopes,
+        return_softmax_lse=True)
+    want, want_lse, written = p.expected(causal=True, softcap=5.0, alibi=True, leftpad=leftpad)
+    assert torch.isneginf(lse[2]).all()  # nothing left to attend to
+    want[2], want_lse[2] = 0.0, -math.inf
+    check_out(out, lse, want, want_lse, dtype)
+    p.check_cache(p.k_cache, p.v_cache, written, rotated=True)
+    eager = tt.attention_with_kvcache(p.q, p.k_before.clone(), p.v_before.clone(), p.k, p.v,
+                                      p.cos, p.sin, p.cache_seqlens, p.cache_batch_idx,
+                                      p.block_table, causal=True, softcap=5.0,
+                                      alibi_slopes=p.slopes, cache_leftpad=pad)
+    assert torch.equal(eager, out)
+    plain = tileattn.attention_with_kvcache(
+        p.q, p.k_before.clone(), p.v_before.clone(), p.k, p.v, p.cos, p.sin, p.cache_seqlens,
+        p.cache_batch_idx, p.block_table, causal=True, softcap=5.0, alibi_slopes=p.slopes,
+        cache_leftpad=pad)
+    assert torch.equal(torch.as_tensor(plain), out)
+
+
 def test_flash_attn_with_kvcache_full_cache_without_seqlens():
     kc, vc = torch.randn(2, 20, 1, 16), torch.randn(2, 20, 1, 16)
     q = torch.randn(2, 3, 2, 16)
@@ -545,9 +582,10 @@ def test_flash_attn_with_kvcache_int_seqlens_and_errors():
     out = tt.flash_attn_with_kvcache(p.q, p.k_cache, p.v_cache, p.k, p.v, cache_seqlens=6,
                                      block_table=p.block_table)
     assert torch.equal(out, ref)
-    with pytest.raises(NotImplementedError, match="cache_leftpad"):
+    with pytest.raises(tileattn.Error, match="'cache_leftpad'.*entry 1 is 9"):
         tt.flash_attn_with_kvcache(p.q, p.k_cache, p.v_cache, cache_seqlens=6,
-                                   block_table=p.block_table, cache_leftpad=p.cache_seqlens)
+                                   block_table=p.block_table,
+                                   cache_leftpad=torch.tensor([0, 9], dtype=torch.int32))
     with pytest.raises(ValueError, match="window_size"):
         tt.flash_attn_with_kvcache(p.q, p.k_cache, p.v_cache, cache_seqlens=6,
                                    block_table=p.block_table, window_size=4)

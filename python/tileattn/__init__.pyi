@@ -52,7 +52,8 @@ def attention_with_kvcache(q: Array, k_cache: Any, v_cache: Any, k: Optional[Any
                            rotary_interleaved: bool = ..., alibi_slopes: Optional[Any] = ...,
                            num_splits: int = ..., return_softmax_lse: Literal[False] = ..., *,
                            cu_seqlens_q: Optional[Any] = ..., max_seqlen_q: Optional[int] = ...,
-                           cu_seqlens_k_new: Optional[Any] = ..., out: Optional[Any] = ...,
+                           cu_seqlens_k_new: Optional[Any] = ...,
+                           cache_leftpad: Optional[Any] = ..., out: Optional[Any] = ...,
                            backend: Backend = ..., threads: int = ..., cpu_isa: CpuIsa = ...,
                            stream: Optional[int] = ...) -> Array: ...
 @overload
@@ -66,7 +67,8 @@ def attention_with_kvcache(q: Array, k_cache: Any, v_cache: Any, k: Optional[Any
                            rotary_interleaved: bool = ..., alibi_slopes: Optional[Any] = ...,
                            num_splits: int = ..., *, return_softmax_lse: Literal[True],
                            cu_seqlens_q: Optional[Any] = ..., max_seqlen_q: Optional[int] = ...,
-                           cu_seqlens_k_new: Optional[Any] = ..., out: Optional[Any] = ...,
+                           cu_seqlens_k_new: Optional[Any] = ...,
+                           cache_leftpad: Optional[Any] = ..., out: Optional[Any] = ...,
                            backend: Backend = ..., threads: int = ..., cpu_isa: CpuIsa = ...,
                            stream: Optional[int] = ...) -> Tuple[Array, Array]: ...
 def apply_rotary(x: Array, cos: Any, sin: Any, seqlen_offsets: Union[int, Any] = ...,

@@ -71,8 +71,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                            rotary_interleaved=True, alibi_slopes=None, num_splits=0,
                            return_softmax_lse=False, *, cu_seqlens_q=None, max_seqlen_q=None,
-                           cu_seqlens_k_new=None, out=None, backend="auto", threads=0,
-                           cpu_isa="best", stream=None):
+                           cu_seqlens_k_new=None, cache_leftpad=None, out=None, backend="auto",
+                           threads=0, cpu_isa="best", stream=None):
     """Attention of new queries over a KV cache, appending new keys and values to the cache in
     place (tileattn::attention_with_kvcache; FlashAttention's ``flash_attn_with_kvcache``).
 
@@ -108,6 +108,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
             ``max_blocks * block_size`` when paged), as in FlashAttention; then nothing can be
             appended.
         cache_batch_idx: int32 ``[B]``, contiguous caches only; distinct entries when appending.
+        cache_leftpad: int32 ``[B]`` (keyword), left padding: keys ``j < cache_leftpad[b]`` are
+            not attended (they may hold anything); positions, alignment, ALiBi and rotary
+            positions stay the cache rows' (FlashAttention's ``cache_leftpad``).
         block_table: int32 ``[B, max_blocks_per_sequence]``: a paged cache. Entries past the
             blocks a sequence uses are never read.
         softmax_scale: multiplier of q·k; None means ``1/sqrt(D)``.
@@ -176,7 +179,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
         rotary_interleaved=bool(rotary_interleaved), num_splits=int(num_splits),
         max_seqlen_q=int(max_seqlen_q or 0), backend=choice("backend", backend, BACKENDS),
         threads=int(threads), cpu_isa=choice("cpu_isa", cpu_isa, CPU_ISAS),
-        stream=default_stream(q) if stream is None else int(stream))
+        stream=default_stream(q) if stream is None else int(stream),
+        cache_leftpad=exported(detach(cache_leftpad)))
     return (out, lse) if return_softmax_lse else out
 
 

@@ -28,7 +28,8 @@ def kvcache(q: Any, k_cache: Any, v_cache: Any, k_new: Optional[Any], v_new: Opt
             scale: Optional[float], causal: bool, window_left: int, window_right: int,
             softcap: float, rotary_interleaved: bool, num_splits: int, max_seqlen_q: int,
             backend: int, threads: int, cpu_isa: int, stream: int,
-            workspace: Optional[Callable[[int], Any]] = None) -> None: ...
+            workspace: Optional[Callable[[int], Any]] = None,
+            cache_leftpad: Optional[Any] = None) -> None: ...
 def rotary(x: Any, cos: Any, sin: Any, out: Any, seqlen_offsets: Optional[Any],
            cu_seqlens: Optional[Any], interleaved: bool, backend: int, threads: int,
            stream: int) -> None: ...

@@ -184,6 +184,9 @@ void check_host_indices(const KvCacheParams& p, bool appending) {
   for (std::int64_t b = 0; b < p.attn.batch; ++b) {
     const std::int64_t len = p.cache_seqlens[b], keys = p.key_count(b);
     if (len < 0) fail("cache_seqlens", "entry ", b, " is negative (", len, ")");
+    if (p.key_first(b) < 0 || p.key_first(b) > keys)
+      fail("cache_leftpad", "entry ", b, " is ", p.key_first(b), ", expected a value in [0, ",
+           keys, "] (the sequence's keys)");
     if (keys > c.capacity())
       fail("cache_seqlens", "entry ", b, " (", len, ") plus its ", p.new_count(b),
            " new keys exceeds the cache's capacity of ", c.capacity(), " keys per sequence");
@@ -225,6 +228,7 @@ KvCacheParams validate_kvcache(const KvCacheArgs& a) {
   const std::pair<const char*, const Tensor*> optional[] = {
       {"block_table", &a.block_table},
       {"cache_batch_idx", &a.cache_batch_idx},
+      {"cache_leftpad", &a.cache_leftpad},
       {"k_new", &a.k_new},
       {"v_new", &a.v_new},
       {"cu_seqlens_k_new", &a.cu_seqlens_k_new},
@@ -274,6 +278,10 @@ KvCacheParams validate_kvcache(const KvCacheArgs& a) {
   check_cache(p, a);
   require_index_vector("cache_seqlens", a.cache_seqlens, q, B, "[B]");
   p.cache_seqlens = static_cast<const std::int32_t*>(a.cache_seqlens.data);
+  if (a.cache_leftpad.present()) {
+    require_index_vector("cache_leftpad", a.cache_leftpad, q, B, "[B]");
+    p.cache_leftpad = static_cast<const std::int32_t*>(a.cache_leftpad.data);
+  }
   check_new_keys(p, a, varlen);
 
   // out [B, Lq, Hq, Dv] (varlen [total_q, Hq, Dv]); f32 | f16 | bf16.
@@ -301,6 +309,7 @@ KvCacheParams validate_kvcache(const KvCacheArgs& a) {
   for (const auto& [name, t] :
        {std::pair{"q", &a.q}, std::pair{"cache_seqlens", &a.cache_seqlens},
         std::pair{"block_table", &a.block_table}, std::pair{"cache_batch_idx", &a.cache_batch_idx},
+        std::pair{"cache_leftpad", &a.cache_leftpad},
         std::pair{"k_new", &a.k_new}, std::pair{"v_new", &a.v_new},
         std::pair{"cu_seqlens_k_new", &a.cu_seqlens_k_new}, std::pair{"rotary_cos", &a.rotary_cos},
         std::pair{"rotary_sin", &a.rotary_sin}, std::pair{"alibi_slopes", &a.alibi_slopes},

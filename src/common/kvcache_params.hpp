@@ -68,6 +68,7 @@ struct KvCacheParams {
   AttnParams attn;
   CacheLayout cache;
   const std::int32_t* cache_seqlens = nullptr;  // [B]
+  const std::int32_t* cache_leftpad = nullptr;  // [B] or nullptr: keys below are not attended
 
   // New keys and values: [B, Lnew, Hkv, D] or varlen rows given by cu_seqlens_k_new.
   const void* k_new = nullptr;
@@ -95,6 +96,10 @@ struct KvCacheParams {
   }
   // Host only: keys sequence b attends to (after the append).
   std::int64_t key_count(std::int64_t b) const noexcept { return cache_seqlens[b] + new_count(b); }
+  // Host only: the first key sequence b attends to (its left padding).
+  std::int64_t key_first(std::int64_t b) const noexcept {
+    return cache_leftpad != nullptr ? cache_leftpad[b] : 0;
+  }
   // Host only: query rows of sequence b and the first of them in q.
   std::int64_t query_count(std::int64_t b) const noexcept {
     return attn.is_varlen() ? std::int64_t{attn.cu_seqlens_q[b + 1]} - attn.cu_seqlens_q[b]

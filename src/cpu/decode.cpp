@@ -63,6 +63,14 @@ std::int64_t round_up(std::int64_t x, std::int64_t m) {
   return (x + m - 1) / m * m;
 }
 
+// Keys query row i of sequence b sees: attention_forward's range for the sequence, above its
+// left padding.
+KeyRange seen_keys(const KvCacheParams& p, const AttnParams& s, std::int64_t b, std::int64_t i) {
+  KeyRange r = visible_keys(s, 0, i);
+  r.first = std::min(std::max(r.first, p.key_first(b)), r.last);
+  return r;
+}
+
 std::vector<Group> plan(const KvCacheParams& p, int threads) {
   const AttnParams& a = p.attn;
   const std::int64_t group = a.heads_per_kv;
@@ -74,7 +82,7 @@ std::vector<Group> plan(const KvCacheParams& p, int threads) {
       const std::int64_t i1 = std::min(s.len_q, i0 + rows_i);
       std::int64_t lo = s.len_k, hi = 0;
       for (std::int64_t i = i0; i < i1; ++i) {
-        const KeyRange r = visible_keys(s, 0, i);
+        const KeyRange r = seen_keys(p, s, b, i);
         if (r.first >= r.last) continue;
         lo = std::min(lo, r.first);
         hi = std::max(hi, r.last);
@@ -185,7 +193,7 @@ void cpu_kvcache_attention(const KvCacheParams& p, int threads, CpuIsa isa_cap) 
       // Rows r = (i - i0) * group + head in group: their key ranges (the same for every kv
       // head) and, per kv head, q rotated and rounded as the cache's keys.
       for (std::int64_t i = g0.i0; i < g0.i1; ++i) {
-        const KeyRange range = visible_keys(s, 0, i);
+        const KeyRange range = seen_keys(p, s, g0.b, i);
         for (std::int64_t gh = 0; gh < group; ++gh) {
           const std::int64_t r = (i - g0.i0) * group + gh;
           t.key_lo[static_cast<std::size_t>(r)] = range.first;

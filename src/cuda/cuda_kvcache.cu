@@ -336,6 +336,7 @@ void cuda_attention_with_kvcache(const KvCacheParams& p, void* stream_ptr, void*
   d.num_blocks = static_cast<int>(c.num_blocks);
   d.batch_idx = c.batch_idx;
   d.cache_seqlens = p.cache_seqlens;
+  d.cache_leftpad = p.cache_leftpad;
   d.cu_seqlens_k_new = p.cu_seqlens_k_new;
   d.len_new = p.has_new() ? static_cast<int>(p.len_new) : 0;
   d.capacity = static_cast<int>(c.capacity());

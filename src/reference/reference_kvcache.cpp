@@ -18,13 +18,16 @@ void reference_kvcache(const KvCacheParams& p, int threads) {
   for (std::int64_t b = 0; b < a.batch; ++b) {
     AttnParams s = sequence_attention(p, b);
     if (s.len_q == 0) continue;
-    const std::int64_t Lk = s.len_k;
+    // Left padding drops the first keys: attending to the rest alone, bottom-right aligned,
+    // keeps every position (and ALiBi distance) of the cache's rows.
+    const std::int64_t first = p.key_first(b), Lk = s.len_k - first;
+    s.len_k = Lk;
     // One spare row keeps the pointers valid when the sequence has no keys.
     std::vector<char> k(static_cast<std::size_t>((Lk + 1) * Hkv * D * esize));
     std::vector<char> v(static_cast<std::size_t>((Lk + 1) * Hkv * Dv * esize));
     for (std::int64_t j = 0; j < Lk; ++j)
       for (std::int64_t h = 0; h < Hkv; ++h) {
-        const std::int64_t blk = c.block(b, j), row = c.row(j);
+        const std::int64_t blk = c.block(b, first + j), row = c.row(first + j);
         std::memcpy(
             &k[static_cast<std::size_t>((j * Hkv + h) * D * esize)],
             advance(c.k, a.dtype, blk * c.k_stride_blk + row * c.k_stride_row + h * c.k_stride_h),

@@ -87,11 +87,19 @@ KvProblem::KvProblem(const KvCase& kc, DType dt, Rng& rng, DType out_dtype) : c(
     for (std::int64_t e = 0; e < c.Hkv * c.D; ++e) k_cache.set(r * c.Hkv * c.D + e, nan);
     for (std::int64_t e = 0; e < c.Hkv * c.Dv; ++e) v_cache.set(r * c.Hkv * c.Dv + e, nan);
   }
-  k_cache_before = k_cache;
-  v_cache_before = v_cache;
 
   for (std::int64_t b = 0; b < B; ++b)
     seqlens.push_back(static_cast<std::int32_t>(c.cache_len[static_cast<std::size_t>(b)]));
+  // Left padding: the padded keys of the cache hold NaN (never attended, never read as keys).
+  for (const std::int64_t pad : c.leftpad) leftpad.push_back(static_cast<std::int32_t>(pad));
+  for (std::size_t b = 0; b < leftpad.size(); ++b)
+    for (std::int64_t j = 0; j < std::min<std::int64_t>(leftpad[b], c.cache_len[b]); ++j) {
+      const std::int64_t r = cache_row(static_cast<std::int64_t>(b), j);
+      for (std::int64_t e = 0; e < c.Hkv * c.D; ++e) k_cache.set(r * c.Hkv * c.D + e, nan);
+      for (std::int64_t e = 0; e < c.Hkv * c.Dv; ++e) v_cache.set(r * c.Hkv * c.Dv + e, nan);
+    }
+  k_cache_before = k_cache;
+  v_cache_before = v_cache;
   if (c.varlen) {
     cu_q = prefix_offsets(c.len_q);
     const std::int64_t total_q = cu_q.back();
@@ -174,6 +182,7 @@ KvCacheArgs KvProblem::args() {
     a.block_table = make_tensor(block_table.data(), DType::i32, {B, capacity / c.block_size});
   if (!batch_idx.empty()) a.cache_batch_idx = i32_view(batch_idx);
   a.cache_seqlens = i32_view(seqlens);
+  if (!leftpad.empty()) a.cache_leftpad = i32_view(leftpad);
   if (k_new.numel() > 0) {
     a.k_new = k_new.view();
     a.v_new = v_new.view();
@@ -263,6 +272,13 @@ void KvProblem::expected(std::vector<float>& out_ref, std::vector<float>& lse_re
     a.out = ob.view();
     a.lse = lb.view();
     a.key_lengths = make_tensor(key_len.data(), DType::i32, {1});
+    // Left padding as attention_forward's own boolean mask over the keys, at their positions.
+    std::vector<std::uint8_t> attend(static_cast<std::size_t>(Lq * (Lk + 1)), 1);
+    const std::int64_t pad = leftpad.empty() ? 0 : leftpad[static_cast<std::size_t>(b)];
+    for (std::int64_t i = 0; i < Lq; ++i)
+      for (std::int64_t j = 0; j < std::min(pad, Lk + 1); ++j)
+        attend[static_cast<std::size_t>(i * (Lk + 1) + j)] = 0;
+    if (pad > 0) a.mask = make_tensor(attend.data(), DType::boolean, {Lq, Lk + 1});
     a.causal = c.causal;
     a.window_left = c.window_left;
     a.window_right = c.window_right;

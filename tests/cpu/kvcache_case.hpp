@@ -31,6 +31,9 @@ struct KvCase {
   float softcap = 0.0f;
   bool alibi = false;
   int num_splits = 0;
+  // Left padding per sequence (cache_leftpad; empty: none): keys below are not attended, and
+  // the test poisons them with NaN.
+  std::vector<std::int64_t> leftpad;
 };
 
 void PrintTo(const KvCase& c, std::ostream* os);
@@ -42,7 +45,7 @@ struct KvProblem {
   // The cache before the call (a copy is kept to build the oracle and check the append).
   HostTensor q, k_cache, v_cache, k_new, v_new, cos, sin, out, lse;
   HostTensor k_cache_before, v_cache_before;
-  std::vector<std::int32_t> seqlens, block_table, batch_idx, cu_q, cu_new;
+  std::vector<std::int32_t> seqlens, leftpad, block_table, batch_idx, cu_q, cu_new;
   std::vector<float> slopes;  // [B, Hq]
 
   KvProblem(const KvCase& kc, DType dt, Rng& rng, DType out_dtype = DType::f32);

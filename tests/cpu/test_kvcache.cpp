@@ -147,6 +147,25 @@ std::vector<KvCase> cases() {
   c.Dv = 256;
   c.num_splits = 7;
   v.push_back(c);
+
+  c = KvCase{};
+  c.name = "left_padded_paged16_causal_alibi_rotary_lq2";
+  c.cache_len = {40, 300, 5, 0};
+  c.leftpad = {7, 290, 7, 0};  // 290: all but the last keys of a long split sequence; 7: all
+  c.len_q = {2};
+  c.len_new = 2;
+  c.block_size = 16;
+  c.rotary_dim = 32;
+  c.causal = true;
+  c.alibi = true;
+  c.window_left = 6;
+  v.push_back(c);
+
+  c.name = "left_padded_contiguous_splits3";
+  c.block_size = 0;
+  c.window_left = -1;
+  c.num_splits = 3;
+  v.push_back(c);
   return v;
 }
 

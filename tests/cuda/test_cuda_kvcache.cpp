@@ -169,6 +169,17 @@ std::vector<KvCase> cuda_cases() {
   c.causal = true;
   v.push_back(c);
   c = KvCase{};
+  c.name = "left_padded_paged16_causal_alibi_rotary_lq2";
+  c.cache_len = {40, 1300, 5, 0};
+  c.leftpad = {7, 290, 7, 0};  // 7 of 5 + 2: nothing left to attend to
+  c.len_q = {2};
+  c.len_new = 2;
+  c.block_size = 16;
+  c.rotary_dim = 32;
+  c.causal = true;
+  c.alibi = true;
+  v.push_back(c);
+  c = KvCase{};
   c.name = "no_keys_at_all";
   c.cache_len = {0, 3};
   c.len_q = {1};

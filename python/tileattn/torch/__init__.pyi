@@ -56,7 +56,8 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                            rotary_interleaved: bool = ..., alibi_slopes: Optional[Tensor] = ...,
                            num_splits: int = ..., return_softmax_lse: bool = ..., *,
                            cu_seqlens_q: Optional[Tensor] = ..., max_seqlen_q: Optional[int] = ...,
-                           cu_seqlens_k_new: Optional[Tensor] = ...
+                           cu_seqlens_k_new: Optional[Tensor] = ...,
+                           cache_leftpad: Optional[Tensor] = ...
                            ) -> Union[Tensor, Tuple[Tensor, Tensor]]: ...
 def apply_rotary_emb(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = ...,
                      inplace: bool = ..., seqlen_offsets: Union[int, Tensor] = ...,

@@ -80,7 +80,7 @@ def run_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k=None, v=None, rot
                 rotary_sin=None, cache_seqlens=None, cache_batch_idx=None, block_table=None,
                 softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
                 rotary_interleaved=True, alibi_slopes=None, num_splits=0, cu_seqlens_q=None,
-                max_seqlen_q=None, cu_seqlens_k_new=None, need_lse=True):
+                max_seqlen_q=None, cu_seqlens_k_new=None, need_lse=True, cache_leftpad=None):
     """(out, lse) through tileattn::attention_with_kvcache (k and v appended to the caches in
     place); no autograd. cache_seqlens: an int32 tensor [B], an int for every sequence, or None
     for full caches. need_lse=False lets an eager call skip lse: (out, empty tensor)."""
@@ -109,9 +109,12 @@ def run_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k=None, v=None, rot
     else:
         cache_seqlens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32,
                                    device=q.device)
+    if cache_leftpad is not None and cache_leftpad.dtype != torch.int32:
+        cache_leftpad = cache_leftpad.to(torch.int32)
     if cu_seqlens_q is not None and max_seqlen_q is None:
         max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max()) if batch > 0 else 0
-    args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+    args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_leftpad,
+            cache_batch_idx,
             block_table, alibi_slopes, cu_seqlens_q, cu_seqlens_k_new,
             None if softmax_scale is None else float(softmax_scale), bool(causal),
             int(window[0]), int(window[1]), float(softcap), bool(rotary_interleaved),

@@ -22,7 +22,8 @@ from ._ops import _dl, _like, _lse_shape, _stream, _workspace
 
 def kvcache_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
                  v: Optional[Tensor], rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor],
-                 cache_seqlens: Tensor, cache_batch_idx: Optional[Tensor],
+                 cache_seqlens: Tensor, cache_leftpad: Optional[Tensor],
+                 cache_batch_idx: Optional[Tensor],
                  block_table: Optional[Tensor], alibi_slopes: Optional[Tensor],
                  cu_seqlens_q: Optional[Tensor], cu_seqlens_k_new: Optional[Tensor],
                  softmax_scale: Optional[float], causal: bool, window_left: int,
@@ -39,13 +40,14 @@ def kvcache_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor
                                          alibi_slopes, cu_seqlens_q, cu_seqlens_k_new, out)),
                       _dl(lse) if need_lse else None, softmax_scale, causal, window_left,
                       window_right, softcap, rotary_interleaved, num_splits, max_seqlen_q, 0, 0,
-                      255, _stream(q), _workspace(q))
+                      255, _stream(q), _workspace(q), _dl(cache_leftpad))
     return out, lse
 
 
 def _kvcache_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
                 v: Optional[Tensor], rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor],
-                cache_seqlens: Tensor, cache_batch_idx: Optional[Tensor],
+                cache_seqlens: Tensor, cache_leftpad: Optional[Tensor],
+                cache_batch_idx: Optional[Tensor],
                 block_table: Optional[Tensor], alibi_slopes: Optional[Tensor],
                 cu_seqlens_q: Optional[Tensor], cu_seqlens_k_new: Optional[Tensor],
                 softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
@@ -53,7 +55,7 @@ def _kvcache_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor]
                 max_seqlen_q: int) -> tuple[Tensor, Tensor]:
     """tileattn::attention_with_kvcache: (out, lse); appends k and v to the caches in place."""
     return kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                        cache_batch_idx, block_table, alibi_slopes, cu_seqlens_q,
+                        cache_leftpad, cache_batch_idx, block_table, alibi_slopes, cu_seqlens_q,
                         cu_seqlens_k_new, softmax_scale, causal, window_left, window_right,
                         softcap, rotary_interleaved, num_splits, max_seqlen_q)
 
@@ -65,8 +67,8 @@ attention_with_kvcache = torch.library.custom_op(
 
 
 @attention_with_kvcache.register_fake
-def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-      block_table, alibi_slopes, cu_seqlens_q, cu_seqlens_k_new, softmax_scale, causal,
+def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_leftpad,
+      cache_batch_idx, block_table, alibi_slopes, cu_seqlens_q, cu_seqlens_k_new, softmax_scale, causal,
       window_left, window_right, softcap, rotary_interleaved, num_splits, max_seqlen_q):
     out = _like(q, v_cache.size(-1))
     lse = q.new_empty(_lse_shape(q, False), dtype=torch.float32)

@@ -206,7 +206,6 @@ def flash_attn_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     Inference only: no autograd (the output does not require grad; inputs that do are read as
     data). Differences from FlashAttention:
 
-      * ``cache_leftpad`` is not supported (``NotImplementedError`` when given);
       * an int ``cache_seqlens`` is broadcast to q's batch (FlashAttention uses
         ``k_cache.shape[0]``, which differs for a paged cache);
       * for CPU tensors, a cache too small for the append, a block index out of range, rotary
@@ -219,11 +218,9 @@ def flash_attn_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
         caches, as FlashAttention); rotary tables of another float dtype than q's or float32
         are converted to float32.
     """
-    if cache_leftpad is not None:
-        raise NotImplementedError("tileattn: argument 'cache_leftpad': left-padded caches are "
-                                  "not supported by flash_attn_with_kvcache")
     out, lse = run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                            cache_batch_idx, block_table, softmax_scale, causal,
                            _check_window(window_size), softcap, rotary_interleaved,
-                           alibi_slopes, num_splits, need_lse=return_softmax_lse)
+                           alibi_slopes, num_splits, need_lse=return_softmax_lse,
+                           cache_leftpad=cache_leftpad)
     return (out, lse) if return_softmax_lse else out

@@ -46,11 +46,13 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                            return_softmax_lse: bool = False, *,
                            cu_seqlens_q: Optional[Tensor] = None,
                            max_seqlen_q: Optional[int] = None,
-                           cu_seqlens_k_new: Optional[Tensor] = None):
+                           cu_seqlens_k_new: Optional[Tensor] = None,
+                           cache_leftpad: Optional[Tensor] = None):
     """``tileattn.attention_with_kvcache`` for torch tensors, through the
     ``tileattn::attention_with_kvcache`` custom op (traceable by
     ``torch.compile(fullgraph=True)``; the caches are declared mutated): every option, varlen
-    queries (``cu_seqlens_q``, ``max_seqlen_q``) and new keys (``cu_seqlens_k_new``) included.
+    queries (``cu_seqlens_q``, ``max_seqlen_q``), new keys (``cu_seqlens_k_new``) and left
+    padding (``cache_leftpad``) included.
     Inference only: no autograd. ``cache_seqlens``: int32 ``[B]``, an int, or None for full
     caches. Under ``torch.compile`` give ``max_seqlen_q`` with ``cu_seqlens_q`` (None reads the
     offsets on the host). Returns ``out`` or ``(out, softmax_lse)``."""
@@ -58,7 +60,7 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
                            cache_batch_idx, block_table, softmax_scale, causal,
                            _check_window(window_size), softcap, rotary_interleaved, alibi_slopes,
                            num_splits, cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new,
-                           need_lse=return_softmax_lse)
+                           need_lse=return_softmax_lse, cache_leftpad=cache_leftpad)
     return (out, lse) if return_softmax_lse else out
 
 

@@ -34,6 +34,7 @@ struct DecodeParams {
   int num_blocks;
   const std::int32_t* batch_idx;
   const std::int32_t* cache_seqlens;
+  const std::int32_t* cache_leftpad;  // nullptr: none
   const std::int32_t* cu_seqlens_k_new;
   int len_new;
   int capacity;

@@ -59,12 +59,12 @@ __device__ __forceinline__ void cache_slot(const DecodeParams& p, int b, int j, 
   blk = blk < 0 ? 0 : (blk >= p.num_blocks ? p.num_blocks - 1 : blk);
 }
 
-// Row i's visible keys [first, last) among Lk keys of a sequence with Lq query rows
-// (bottom-right aligned window; causal is window_right = 0).
-__device__ __forceinline__ void visible_range(const DecodeParams& p, int i, int lq, int lk,
+// Row i's visible keys [first, last) among Lk keys of sequence b with Lq query rows
+// (bottom-right aligned window; causal is window_right = 0; none below the left padding).
+__device__ __forceinline__ void visible_range(const DecodeParams& p, int b, int i, int lq, int lk,
                                               int& first, int& last) {
   const int pos = i + lk - lq;
-  first = 0;
+  first = p.cache_leftpad != nullptr ? max(p.cache_leftpad[b], 0) : 0;
   last = lk;
   if (p.window_left >= 0 && pos - p.window_left > first) first = pos - p.window_left;
   if (p.window_right >= 0 && pos + p.window_right + 1 < last) last = pos + p.window_right + 1;
@@ -109,9 +109,9 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
   int lo = lk, hi = 0;  // keys some row of the tile sees
   if (i_first <= i_last) {
     int f, l;
-    visible_range(p, i_first, lq, lk, f, l);
+    visible_range(p, b, i_first, lq, lk, f, l);
     lo = f;
-    visible_range(p, i_last, lq, lk, f, l);
+    visible_range(p, b, i_last, lq, lk, f, l);
     hi = l;
   }
   const int span_blocks = hi > lo ? (hi - lo + kBlockN - 1) / kBlockN : 0;
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
     const int pr = pr0 + g + 8 * hh, i = pr / p.group;
     row_valid[hh] = i < lq;
     int f = 0, l = 0;
-    if (row_valid[hh]) visible_range(p, i, lq, lk, f, l);
+    if (row_valid[hh]) visible_range(p, b, i, lq, lk, f, l);
     row_first[hh] = max(f, k0);
     row_last[hh] = min(l, k1);
   }
