@@ -714,12 +714,14 @@ def test_compiled_apply_rotary_emb():
 @pytest.mark.filterwarnings("ignore:.*script_method.*:DeprecationWarning")
 def test_opcheck_kvcache_op():
     p = Problem([3, 6], 2, 2, block_size=4, rotary_dim=8, nan=False)
-    args = (p.q, p.k_cache, p.v_cache, p.k, p.v, p.cos, p.sin, p.cache_seqlens, None,
-            p.block_table, None, None, None, None, True, -1, -1, 0.0, True, 0, 0)
+    args = (p.q, p.k_cache, p.v_cache, p.k, p.v, p.cos, p.sin, p.cache_seqlens,
+            torch.tensor([1, 0], dtype=torch.int32), None, p.block_table, None, None, None, None,
+            True, -1, -1, 0.0, True, 0, 0)
     opcheck(torch.ops.tileattn.attention_with_kvcache.default, args)
     v = Problem([3, 6], [1, 2], [2, 1], varlen=True, batch_idx=True, nan=False)
-    args = (v.q, v.k_cache, v.v_cache, v.k, v.v, None, None, v.cache_seqlens, v.cache_batch_idx,
-            None, v.slopes, v.cu_q, v.cu_new, 0.5, False, 3, 0, 2.0, False, 2, 2)
+    args = (v.q, v.k_cache, v.v_cache, v.k, v.v, None, None, v.cache_seqlens, None,
+            v.cache_batch_idx, None, v.slopes, v.cu_q, v.cu_new, 0.5, False, 3, 0, 2.0, False, 2,
+            2)
     opcheck(torch.ops.tileattn.attention_with_kvcache.default, args)
 
 
