@@ -4,9 +4,10 @@
 //
 // The decoder builds a valid problem (contiguous cache, optionally through cache_batch_idx, or
 // a paged one with a shuffled block table and a shared read-only page; new keys; rotary tables;
-// varlen queries; every attention option) and sometimes breaks one argument on purpose. Every
-// cache row that no sequence holds, cache padding, the rows about to be appended and every rotary
-// table row no position uses hold NaN: masked means absent, so they must never reach an output.
+// varlen queries; left padding; every attention option) and sometimes breaks one argument on
+// purpose. Every cache row that no sequence holds, cache padding, rows under the left padding,
+// the rows about to be appended and every rotary table row no position uses hold NaN: masked
+// means absent, so they must never reach an output.
 // Every buffer is allocated to exactly the span it addresses, so ASan reports any access outside.
 // A violation ends in __builtin_trap() (docs/fuzzing.md lists the checks).
 #include <fuzzer/FuzzedDataProvider.h>
@@ -95,6 +96,7 @@ struct Problem {
   tileattn::CpuIsa isa = tileattn::CpuIsa::best;
   std::vector<std::int64_t> len, rows, news;  // per sequence, as built (valid)
   I32 seqlens, cu_q, cu_new, table, entries;  // as passed
+  I32 leftpad;                                // empty: none
   Buf q, k0, v0, kn, vn, cos, sin, slopes;    // k0, v0: the caches before the call
   Buf k[2], v[2], out[2], lse[2], rot[2];     // per backend: 0 reference, 1 cpu
 
@@ -347,6 +349,31 @@ void build(FuzzedDataProvider& in, Problem& p) {
   }
   // Index vectors keep one element at least: an empty view still needs its pointer.
   for (I32* v : {&p.seqlens, &p.table, &p.entries}) v->resize(std::max<std::size_t>(v->size(), 1));
+
+  // Left padding, decoded last (older corpus entries, which end before it, keep their meaning):
+  // each sequence's first keys not attended, the cache rows among them NaN; sometimes one
+  // entry out of range on purpose.
+  if (p.B > 0 && p.expect == 0 && in.ConsumeIntegralInRange<int>(0, 3) == 3) {
+    for (std::int64_t b = 0; b < p.B; ++b) {
+      const std::int64_t keys = p.len[b] + p.news[b];
+      const std::int64_t pad = in.ConsumeIntegralInRange<std::int64_t>(0, keys);
+      p.leftpad.push_back(static_cast<std::int32_t>(pad));
+      for (std::int64_t j = 0; j < std::min(pad, p.len[b]); ++j)
+        for (std::int64_t h = 0; h < p.Hkv; ++h) {
+          const std::int64_t ko = p.at(b, j, h, p.D), vo = p.at(b, j, h, p.Dv);
+          for (Buf* k : {&p.k0, &p.k[0], &p.k[1]})
+            for (std::int64_t d = 0; ko >= 0 && d < p.D; ++d) k->set(ko + d, kNaN);
+          for (Buf* v : {&p.v0, &p.v[0], &p.v[1]})
+            for (std::int64_t d = 0; vo >= 0 && d < p.Dv; ++d) v->set(vo + d, kNaN);
+        }
+    }
+    if (in.ConsumeIntegralInRange<int>(0, 7) == 7) {
+      const std::int64_t b = in.ConsumeIntegralInRange<std::int64_t>(0, p.B - 1);
+      p.leftpad[static_cast<std::size_t>(b)] =
+          in.ConsumeBool() ? -1 : static_cast<std::int32_t>(p.len[b] + p.news[b] + 1);
+      p.expect = 1;
+    }
+  }
 }
 
 tileattn::KvCacheArgs args(Problem& p, int x) {
@@ -363,6 +390,7 @@ tileattn::KvCacheArgs args(Problem& p, int x) {
   if (p.paged) a.block_table = view(p.table.data(), i32, {B, p.max_blocks});
   if (p.bidx) a.cache_batch_idx = view(p.entries.data(), i32, {B});
   a.cache_seqlens = view(p.seqlens.data(), i32, {B});
+  if (!p.leftpad.empty()) a.cache_leftpad = view(p.leftpad.data(), i32, {B});
   if (p.has_new && p.varlen) {
     a.k_new = view(p.kn.bytes.data(), dt, {p.total_new, Hkv, p.D});
     a.v_new = view(p.vn.bytes.data(), dt, {p.total_new, Hkv, p.Dv});
@@ -451,16 +479,18 @@ double max_slope(const Problem& p) {
   return m;
 }
 
-// Row by row: a row that sees no key is 0 with lse -inf; a row that sees a non-finite input is
-// NaN throughout; a row whose visible inputs are finite and moderate is finite on both backends
-// and the CPU agrees with the reference within a bound from the score magnitudes.
+// Row by row (its keys: the window's, above the left padding): a row that sees no key is 0 with
+// lse -inf; a row that sees a non-finite input is NaN throughout; a row whose visible inputs are
+// finite and moderate is finite on both backends and the CPU agrees with the reference within
+// a bound from the score magnitudes.
 void check_rows(const Problem& p) {
   const std::int64_t wr = p.causal ? (p.wr < 0 ? 0 : std::min<std::int64_t>(p.wr, 0)) : p.wr;
   for (std::int64_t b = 0; b < p.B; ++b)
     for (std::int64_t i = 0; i < p.rows[b]; ++i)
       for (std::int64_t hq = 0; hq < p.Hq; ++hq) {
         const std::int64_t h = hq / p.group, Lk = p.len[b] + p.news[b], pos = Lk - p.rows[b] + i;
-        const std::int64_t lo = p.wl < 0 ? 0 : std::max<std::int64_t>(0, pos - p.wl);
+        const std::int64_t pad = p.leftpad.empty() ? 0 : p.leftpad[static_cast<std::size_t>(b)];
+        const std::int64_t lo = std::max(pad, p.wl < 0 ? 0 : pos - p.wl);
         const std::int64_t hi = wr < 0 ? Lk - 1 : std::min(Lk - 1, pos + wr);
         bool bad = false, large = false, inf_qk = false;
         double qmax = 0, kmax = 0, vmax = 0;

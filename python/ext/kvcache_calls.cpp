@@ -26,9 +26,8 @@ Context context_of(int backend, int threads, int cpu_isa, std::uintptr_t stream)
 
 // The arrays of KvCacheArgs, kept alive (and their views) for the call.
 struct KvCacheArrays {
-  ArrayView q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cache_seqlens,
-      cache_leftpad, cache_batch_idx, block_table, alibi_slopes, cu_seqlens_q, cu_seqlens_k_new,
-      out, lse;
+  ArrayView q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cache_seqlens, cache_leftpad,
+      cache_batch_idx, block_table, alibi_slopes, cu_seqlens_q, cu_seqlens_k_new, out, lse;
 };
 
 void kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k_new,

@@ -185,8 +185,8 @@ void check_host_indices(const KvCacheParams& p, bool appending) {
     const std::int64_t len = p.cache_seqlens[b], keys = p.key_count(b);
     if (len < 0) fail("cache_seqlens", "entry ", b, " is negative (", len, ")");
     if (p.key_first(b) < 0 || p.key_first(b) > keys)
-      fail("cache_leftpad", "entry ", b, " is ", p.key_first(b), ", expected a value in [0, ",
-           keys, "] (the sequence's keys)");
+      fail("cache_leftpad", "entry ", b, " is ", p.key_first(b), ", expected a value in [0, ", keys,
+           "] (the sequence's keys)");
     if (keys > c.capacity())
       fail("cache_seqlens", "entry ", b, " (", len, ") plus its ", p.new_count(b),
            " new keys exceeds the cache's capacity of ", c.capacity(), " keys per sequence");
@@ -309,11 +309,10 @@ KvCacheParams validate_kvcache(const KvCacheArgs& a) {
   for (const auto& [name, t] :
        {std::pair{"q", &a.q}, std::pair{"cache_seqlens", &a.cache_seqlens},
         std::pair{"block_table", &a.block_table}, std::pair{"cache_batch_idx", &a.cache_batch_idx},
-        std::pair{"cache_leftpad", &a.cache_leftpad},
-        std::pair{"k_new", &a.k_new}, std::pair{"v_new", &a.v_new},
-        std::pair{"cu_seqlens_k_new", &a.cu_seqlens_k_new}, std::pair{"rotary_cos", &a.rotary_cos},
-        std::pair{"rotary_sin", &a.rotary_sin}, std::pair{"alibi_slopes", &a.alibi_slopes},
-        std::pair{"cu_seqlens_q", &a.cu_seqlens_q}})
+        std::pair{"cache_leftpad", &a.cache_leftpad}, std::pair{"k_new", &a.k_new},
+        std::pair{"v_new", &a.v_new}, std::pair{"cu_seqlens_k_new", &a.cu_seqlens_k_new},
+        std::pair{"rotary_cos", &a.rotary_cos}, std::pair{"rotary_sin", &a.rotary_sin},
+        std::pair{"alibi_slopes", &a.alibi_slopes}, std::pair{"cu_seqlens_q", &a.cu_seqlens_q}})
     if (t->present()) read.emplace_back(name, checked_span(name, *t));
   read.emplace_back("k_cache", k_cache_span);
   read.emplace_back("v_cache", v_cache_span);
