@@ -117,6 +117,9 @@ def main() -> None:
     ap.add_argument("--max-gib", type=float, default=9.0, help="skip shapes whose K+V exceed it")
     ap.add_argument("--torch", default="cudnn,flash", help="PyTorch back ends to time")
     ap.add_argument("--mode", choices=["graph", "eager"], default="graph")
+    ap.add_argument("--splits", default="",
+                    help="also time tileattn with these num_splits, e.g. 1,4,16 (the library's "
+                         "choice is the tileattn column)")
     ap.add_argument("--head-major", action="store_true",
                     help="also time tileattn on a head-major cache ([B, Hkv, Lk, D] memory seen "
                          "as [B, Lk, Hkv, D]: each head's keys contiguous, PyTorch's layout)")
@@ -136,7 +139,9 @@ def main() -> None:
         "flash": torch.nn.attention.SDPBackend.FLASH_ATTENTION,
     }
     blocks = [int(x) for x in args.block_sizes.split(",") if x]
-    header = ["B", "Lk", "tileattn"] + (["head-major"] if args.head_major else []) + \
+    splits = [int(x) for x in args.splits.split(",") if x]
+    header = ["B", "Lk", "tileattn"] + [f"splits{n}" for n in splits] + \
+        (["head-major"] if args.head_major else []) + \
         [f"paged{b}" for b in blocks] + \
         [f"torch-{n}" for n in args.torch.split(",") if n] + ["copy", "ta/copy", "ta/best-torch"]
     print(" | ".join(header))
@@ -153,6 +158,9 @@ def main() -> None:
             seqlens = torch.full((batch,), length, dtype=torch.int32, device=dev)
             sides = {"tileattn": lambda: tt.flash_attn_with_kvcache(
                 q, k, v, cache_seqlens=seqlens, causal=True)}
+            for n in splits:
+                sides[f"splits{n}"] = (lambda n=n: tt.flash_attn_with_kvcache(
+                    q, k, v, cache_seqlens=seqlens, causal=True, num_splits=n))
             for block in blocks:
                 pk, pv, table = paged(k, v, block, seed=block)
                 sides[f"paged{block}"] = (lambda pk=pk, pv=pv, table=table:

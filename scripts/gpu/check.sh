@@ -9,7 +9,8 @@
 #                                        VARLEN_ARGS)
 #                                        decode_bench (after python: python/bench/decode.py,
 #                                        tileattn's KV-cache decode vs PyTorch SDPA cuDNN / FA2
-#                                        and a copy, DECODE_ARGS; then --lq 4 and paged 16/256)
+#                                        and a copy, DECODE_ARGS; then --lq 4, paged 16/256
+#                                        and a num_splits sweep of the small cases)
 #                                        sanitize race_repeat
 #                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80)
 #                                        bwd_parts duel (DUEL_*: tileattn vs cuDNN alternately)
@@ -245,7 +246,8 @@ fi
 if has_stage decode_bench; then  # after python: python/bench/decode.py (DECODE_ARGS)
   stage_mark decode_bench
   for args in "" "--lq 4 --torch= --batches 1,64 --lengths 16384" \
-    "--block-sizes 16,256 --torch= --batches 1,8 --lengths 4096,131072"; do
+    "--block-sizes 16,256 --torch= --batches 1,8 --lengths 4096,131072" \
+    "--splits 1,4,8,32 --torch= --batches 1,8 --lengths 1024,4096,16384"; do
     (cd /tmp && timeout 240 /tmp/tileattn-venv/bin/python "$ROOT/python/bench/decode.py" $args \
       ${DECODE_ARGS:-}) 2>&1 | tail -90 | tee -a "$OUT/decode.txt" | tee -a "$SUMMARY"
   done
