@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .. import _tileattn
-from ._ops import _dl, _like, _lse_shape, _stream, _workspace
+from ._ops import _dl, _like, _lse_shape, _stream
 
 
 def kvcache_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
@@ -30,7 +30,9 @@ def kvcache_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor
                  window_right: int, softcap: float, rotary_interleaved: bool, num_splits: int,
                  max_seqlen_q: int, need_lse: bool = True) -> tuple[Tensor, Tensor]:
     """(out [q's shape with Dv], lse f32 [B, Hq, Lq] or [Hq, total_q]); k and v are appended to
-    k_cache and v_cache in place. ``need_lse=False`` (the eager path only) skips lse and
+    k_cache and v_cache in place. The small workspace comes from the library's pool: a
+    workspace callback into PyTorch's allocator costs an eager decode call more host time than
+    it saves GPU time (docs/perf/gpu.md). ``need_lse=False`` (the eager path only) skips lse and
     returns an empty tensor in its place."""
     out = _like(q, v_cache.size(-1))
     lse = torch.empty(_lse_shape(q, False) if need_lse else (0,), dtype=torch.float32,
@@ -40,7 +42,7 @@ def kvcache_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor
                                          alibi_slopes, cu_seqlens_q, cu_seqlens_k_new, out)),
                       _dl(lse) if need_lse else None, softmax_scale, causal, window_left,
                       window_right, softcap, rotary_interleaved, num_splits, max_seqlen_q, 0, 0,
-                      255, _stream(q), _workspace(q), _dl(cache_leftpad))
+                      255, _stream(q), None, _dl(cache_leftpad))
     return out, lse
 
 
