@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kThreads)
 // lse into weights (lane t holds splits t, t + 32, ..); then warp w sums splits w, w + 4, .. with
 // unconditional 16-byte loads (every split writes its part, zeros when empty), so that a lane's
 // loads are in flight together, and the warps' sums meet in shared memory. (A warp per row with
-// a load per split behind a branch ran them one after another: 36 us for 32 splits at B 1.)
+// a load per split behind a branch ran them one after another.)
 constexpr int kCombineWarps = 4;
 constexpr int kCombineSplitsPerLane = 4;
 static_assert(kCombineSplitsPerLane * 32 >= cuda::kMaxDecodeSplits, "a lane per split");
