@@ -6,8 +6,8 @@ here, cuobjdump -sass on the device), one line per file:
 
 The step is the code from one key block's first S wgmma (the one that zeroes its accumulator,
 "RZ, !UPT") to the next block's, in the first kernel whose name contains SUBSTRING (default: the
-fast bf16 D 64 kernel). Uniform-datapath instructions (U*) are counted together. Why it matters
-(session 35): a change that makes ptxas lose the warp-uniformity of the loop's values moves the
+fast bf16 D 64 kernel). Uniform-datapath instructions (U*) are counted together. Why it matters:
+a change that makes ptxas lose the warp-uniformity of the loop's values moves the
 wgmma descriptor arithmetic from uniform to vector registers (U* down, IMAD / R2UR / VIADD up),
 which costs the D 64 step issue slots; check this before spending device time.
 
@@ -17,7 +17,7 @@ the branches such a block takes, recognised by shape: unconditional ones, the tw
 mask skip, a voted "kept" branch (taken on a predicate a VOTE wrote shortly before), the branch into the speculative path
 (@P0, 150-300 lines ahead), the skip of the O rescale (FMULs only) and short forward skips
 (< 40 lines). The rules fit the fast D 64
-kernel's layout as of session 35; check the walk (--hot-print) after large changes.
+kernel's layout when they were written; check the walk (--hot-print) after large changes.
 """
 import argparse
 import collections
