@@ -44,7 +44,7 @@ Tensor on_device(Tensor t, const DeviceVector& d) {
 // The problem's tensors on the device and the call's arguments pointing at them.
 struct DeviceKv {
   DeviceTensor q, k_cache, v_cache, k_new, v_new, cos, sin, out, lse;
-  DeviceVector seqlens, block_table, batch_idx, cu_q, cu_new, slopes;
+  DeviceVector seqlens, leftpad, block_table, batch_idx, cu_q, cu_new, slopes;
   KvCacheArgs args;
 
   explicit DeviceKv(KvProblem& p)
@@ -58,6 +58,7 @@ struct DeviceKv {
         out(p.out),
         lse(p.lse),
         seqlens(p.seqlens),
+        leftpad(p.leftpad),
         block_table(p.block_table),
         batch_idx(p.batch_idx),
         cu_q(p.cu_q),
@@ -78,6 +79,7 @@ struct DeviceKv {
     args.out = out.view();
     args.lse = lse.view();
     args.cache_seqlens = on_device(args.cache_seqlens, seqlens);
+    if (args.cache_leftpad.present()) args.cache_leftpad = on_device(args.cache_leftpad, leftpad);
     if (args.block_table.present()) args.block_table = on_device(args.block_table, block_table);
     if (args.cache_batch_idx.present())
       args.cache_batch_idx = on_device(args.cache_batch_idx, batch_idx);
