@@ -330,9 +330,7 @@ void cuda_attention_with_kvcache(const KvCacheParams& p, void* stream_ptr, void*
   d.block_table = c.block_table;
   d.block_table_stride = c.block_table_stride;
   d.block_size = static_cast<int>(c.block_size);
-  d.block_shift = -1;
-  for (int s = 0; s < 31; ++s)
-    if ((std::int64_t{1} << s) == c.block_size) d.block_shift = s;
+  d.block_div = cuda::FastDivmod(static_cast<int>(c.block_size));
   d.num_blocks = static_cast<int>(c.num_blocks);
   d.batch_idx = c.batch_idx;
   d.cache_seqlens = p.cache_seqlens;
@@ -345,6 +343,8 @@ void cuda_attention_with_kvcache(const KvCacheParams& p, void* stream_ptr, void*
   d.group = group;
   d.dim = static_cast<int>(a.dim);
   d.dim_v = static_cast<int>(a.dim_v);
+  d.group_div = cuda::FastDivmod(group);
+  d.dim_v_div = cuda::FastDivmod(d.dim_v);
   d.scale = a.scale;
   d.scale_log2 = a.scale * 1.4426950408889634f;
   d.softcap = a.softcap;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/fast_divmod.hpp"
 #include "cuda/common/flash_fwd_params.hpp"
 
 namespace tileattn::cuda {
@@ -29,8 +30,8 @@ struct DecodeParams {
   std::int64_t v_stride_blk, v_stride_row, v_stride_h;
   const std::int32_t* block_table;  // nullptr: contiguous
   std::int64_t block_table_stride;
-  int block_size;   // paged block size; contiguous: the capacity Lmax
-  int block_shift;  // log2(block_size) when a power of two, else -1
+  int block_size;  // paged block size; contiguous: the capacity Lmax
+  FastDivmod block_div;
   int num_blocks;
   const std::int32_t* batch_idx;
   const std::int32_t* cache_seqlens;
@@ -40,6 +41,7 @@ struct DecodeParams {
   int capacity;
 
   int batch, heads_kv, group, dim, dim_v;
+  FastDivmod group_div, dim_v_div;  // by group and dim_v
   float scale, scale_log2, softcap;
   const float* alibi;  // nullptr: off
   std::int64_t alibi_stride_b, alibi_stride_h;

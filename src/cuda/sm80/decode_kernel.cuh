@@ -49,8 +49,8 @@ __host__ __device__ constexpr DecodeConfig decode_config(int bucket) {
 __device__ __forceinline__ void cache_slot(const DecodeParams& p, int b, int j, std::int64_t& blk,
                                            std::int64_t& row) {
   if (p.block_table != nullptr) {
-    const int page = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
-    row = p.block_shift >= 0 ? j & (p.block_size - 1) : j - page * p.block_size;
+    const int page = p.block_div.div(j);
+    row = j - page * p.block_size;
     blk = p.block_table[b * p.block_table_stride + page];
   } else {
     blk = p.batch_idx != nullptr ? p.batch_idx[b] : b;
@@ -70,6 +70,50 @@ __device__ __forceinline__ void visible_range(const DecodeParams& p, int b, int 
   if (p.window_right >= 0 && pos + p.window_right + 1 < last) last = pos + p.window_right + 1;
   if (first > last) first = last;
   if (last < 0) first = last = 0;
+}
+
+// The element-by-element loads for rows that 16-byte copies cannot take (unaligned, head dims
+// not multiples of 8): out of line, so that the common path's code stays small.
+template <typename T, int kDim, int kPitch, int kBlockN, int kThreads>
+__device__ __noinline__ void load_kv_elements(const DecodeParams& p, int b, int n0, int k1,
+                                              const char* k_base, const char* v_base, T* k_tile,
+                                              T* v_tile, int tid) {
+  for (int idx = tid; idx < kBlockN * kDim; idx += kThreads) {
+    const int row = idx / kDim, col = idx % kDim, j = n0 + row;
+    float kx = 0.0f, vx = 0.0f;
+    if (j < k1) {
+      std::int64_t blk, slot_row;
+      cache_slot(p, b, j, blk, slot_row);
+      if (col < p.dim)
+        kx = load_elem(k_base, blk * p.k_stride_blk + slot_row * p.k_stride_row + col, p.in_type);
+      if (col < p.dim_v)
+        vx = load_elem(v_base, blk * p.v_stride_blk + slot_row * p.v_stride_row + col, p.in_type);
+    }
+    k_tile[swizzled<kPitch>(row, col >> 3) + (col & 7)] = MmaType<T>::from_float(kx);
+    v_tile[swizzled<kPitch>(row, col >> 3) + (col & 7)] = MmaType<T>::from_float(vx);
+  }
+}
+
+// Query row i's (sequence b, kv head h) q elements: row pr of the tile is query row pr / group,
+// head h * group + pr % group.
+__device__ __forceinline__ std::int64_t q_row_offset(const DecodeParams& p, int b, int h,
+                                                     int q_first_row, int pr) {
+  const int i = p.group_div.div(pr), hq = h * p.group + p.group_div.mod(pr);
+  return b * p.q_stride_b + static_cast<std::int64_t>(q_first_row + i) * p.q_stride_l +
+         hq * p.q_stride_h;
+}
+
+template <typename T, int kDim, int kPitch, int kThreads>
+__device__ __noinline__ void load_q_elements(const DecodeParams& p, int b, int h, int q_first_row,
+                                             int pr0, int lq, T* q_tile, int tid) {
+  const char* const q_base = static_cast<const char*>(p.q);
+  for (int idx = tid; idx < kDecodeRows * kDim; idx += kThreads) {
+    const int r = idx / kDim, col = idx % kDim, pr = pr0 + r;
+    float x = 0.0f;
+    if (p.group_div.div(pr) < lq && col < p.dim)
+      x = load_elem(q_base, q_row_offset(p, b, h, q_first_row, pr) + col, p.in_type);
+    q_tile[swizzled<kPitch>(r, col >> 3) + (col & 7)] = MmaType<T>::from_float(x);
+  }
 }
 
 template <typename T, int kBucket>
@@ -104,8 +148,8 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
 
   // The tile's rows: packed row pr = tile * 16 + r is query row pr / group, head pr % group.
   const int pr0 = tile * kDecodeRows;
-  const int i_first = pr0 / p.group;
-  const int i_last = min(lq - 1, (pr0 + kDecodeRows - 1) / p.group);
+  const int i_first = p.group_div.div(pr0);
+  const int i_last = min(lq - 1, p.group_div.div(pr0 + kDecodeRows - 1));
   int lo = lk, hi = 0;  // keys some row of the tile sees
   if (i_first <= i_last) {
     int f, l;
@@ -121,10 +165,10 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
   if (k0 >= k1 && p.splits > 1) {  // nothing to see in this split: an empty part (zeros, so
                                    // that the combine reads every split unconditionally)
     for (int idx = tid; idx < kDecodeRows * p.dim_v; idx += kThreads) {
-      const int r = idx / p.dim_v;
-      if ((pr0 + r) / p.group >= lq) continue;
+      const int r = p.dim_v_div.div(idx);
+      if (p.group_div.div(pr0 + r) >= lq) continue;
       part_out[idx] = 0.0f;
-      if (idx % p.dim_v == 0) part_lse[r] = -INFINITY;
+      if (p.dim_v_div.mod(idx) == 0) part_lse[r] = -INFINITY;
     }
     return;
   }
@@ -134,7 +178,7 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
   bool row_valid[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    const int pr = pr0 + g + 8 * hh, i = pr / p.group;
+    const int pr = pr0 + g + 8 * hh, i = p.group_div.div(pr);
     row_valid[hh] = i < lq;
     int f = 0, l = 0;
     if (row_valid[hh]) visible_range(p, b, i, lq, lk, f, l);
@@ -158,14 +202,19 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
   const char* const v_base =
       static_cast<const char*>(p.v) + static_cast<std::int64_t>(h) * p.v_stride_h * esize;
 
-  // A contiguous cache: the sequence's block offset (row j is a stride further).
-  std::int64_t k_seq = 0, v_seq = 0;
+  // A contiguous cache: this thread's chunk of key row j is a fixed stride from that of key 0
+  // (pointers built once; a block's rows are then one add each).
+  constexpr int kRowStep = kThreads / kChunks;
+  const int chunk = tid % kChunks, row0 = tid / kChunks;
+  const char* k_row0 = k_base;
+  const char* v_row0 = v_base;
   if (p.block_table == nullptr) {
     std::int64_t blk, unused;
     cache_slot(p, b, 0, blk, unused);
-    k_seq = blk * p.k_stride_blk;
-    v_seq = blk * p.v_stride_blk;
+    k_row0 = k_base + (blk * p.k_stride_blk + row0 * p.k_stride_row + chunk * 8) * esize;
+    v_row0 = v_base + (blk * p.v_stride_blk + row0 * p.v_stride_row + chunk * 8) * esize;
   }
+  const std::int64_t k_step = p.k_stride_row * esize, v_step = p.v_stride_row * esize;
 
   // K and V rows of block n0 into slot `slot`: 16-byte copies of gathered rows (zero past k1).
   auto load_kv = [&](int n0, int slot) {
@@ -178,48 +227,44 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
       // contiguous cache's rows are a fixed stride apart (no per-row lookup at all).
       static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0,
                     "whole rounds of 16-byte copies");
-      constexpr int kRowStep = kThreads / kChunks;
-      const int chunk = tid % kChunks, row0 = tid / kChunks;
       const bool k_col = chunk * 8 < p.dim, v_col = chunk * 8 < p.dim_v;
+      if (p.block_table == nullptr) {
+        const char* k_src = k_row0 + n0 * k_step;
+        const char* v_src = v_row0 + n0 * v_step;
 #pragma unroll
-      for (int k = 0; k < kBlockN / kRowStep; ++k) {
-        const int row = row0 + k * kRowStep, j = n0 + row;
-        const bool key_ok = j < k1;
-        std::int64_t ko = 0, vo = 0;
-        if (key_ok) {
-          if (p.block_table == nullptr) {
-            ko = k_seq + static_cast<std::int64_t>(j) * p.k_stride_row;
-            vo = v_seq + static_cast<std::int64_t>(j) * p.v_stride_row;
-          } else {
+        for (int k = 0; k < kBlockN / kRowStep; ++k) {
+          const int row = row0 + k * kRowStep;
+          const bool key_ok = n0 + row < k1;
+          const bool k_ok = key_ok && k_col, v_ok = key_ok && v_col;
+          cp_async_16(smem_address(k_tile + swizzled<kPitch>(row, chunk)), k_ok ? k_src : k_base,
+                      k_ok ? 16 : 0);
+          cp_async_16(smem_address(v_tile + swizzled<kPitch>(row, chunk)), v_ok ? v_src : v_base,
+                      v_ok ? 16 : 0);
+          k_src += kRowStep * k_step;
+          v_src += kRowStep * v_step;
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < kBlockN / kRowStep; ++k) {
+          const int row = row0 + k * kRowStep, j = n0 + row;
+          const bool key_ok = j < k1;
+          std::int64_t ko = 0, vo = 0;
+          if (key_ok) {
             std::int64_t blk, slot_row;
             cache_slot(p, b, j, blk, slot_row);
             ko = blk * p.k_stride_blk + slot_row * p.k_stride_row;
             vo = blk * p.v_stride_blk + slot_row * p.v_stride_row;
           }
+          const bool k_ok = key_ok && k_col, v_ok = key_ok && v_col;
+          cp_async_16(smem_address(k_tile + swizzled<kPitch>(row, chunk)),
+                      k_ok ? k_base + (ko + chunk * 8) * esize : k_base, k_ok ? 16 : 0);
+          cp_async_16(smem_address(v_tile + swizzled<kPitch>(row, chunk)),
+                      v_ok ? v_base + (vo + chunk * 8) * esize : v_base, v_ok ? 16 : 0);
         }
-        const bool k_ok = key_ok && k_col, v_ok = key_ok && v_col;
-        cp_async_16(smem_address(k_tile + swizzled<kPitch>(row, chunk)),
-                    k_ok ? k_base + (ko + chunk * 8) * esize : k_base, k_ok ? 16 : 0);
-        cp_async_16(smem_address(v_tile + swizzled<kPitch>(row, chunk)),
-                    v_ok ? v_base + (vo + chunk * 8) * esize : v_base, v_ok ? 16 : 0);
       }
     } else {
-      for (int idx = tid; idx < kBlockN * kDim; idx += kThreads) {
-        const int row = idx / kDim, col = idx % kDim, j = n0 + row;
-        float kx = 0.0f, vx = 0.0f;
-        if (j < k1) {
-          std::int64_t blk, slot_row;
-          cache_slot(p, b, j, blk, slot_row);
-          if (col < p.dim)
-            kx = load_elem(k_base, blk * p.k_stride_blk + slot_row * p.k_stride_row + col,
-                           p.in_type);
-          if (col < p.dim_v)
-            vx = load_elem(v_base, blk * p.v_stride_blk + slot_row * p.v_stride_row + col,
-                           p.in_type);
-        }
-        k_tile[swizzled<kPitch>(row, col >> 3) + (col & 7)] = MmaType<T>::from_float(kx);
-        v_tile[swizzled<kPitch>(row, col >> 3) + (col & 7)] = MmaType<T>::from_float(vx);
-      }
+      load_kv_elements<T, kDim, kPitch, kBlockN, kThreads>(p, b, n0, k1, k_base, v_base, k_tile,
+                                                           v_tile, tid);
     }
   };
 
@@ -227,34 +272,28 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
   // in the first stage's group, else element loads after the pipeline's first copies are issued
   // (loads that would otherwise hold those copies back by their latency).
   const char* const q_base = static_cast<const char*>(p.q);
-  const auto q_offset = [&](int pr) {
-    const int i = pr / p.group, hq = h * p.group + pr % p.group;
-    return b * p.q_stride_b + static_cast<std::int64_t>(q_first_row + i) * p.q_stride_l +
-           hq * p.q_stride_h;
-  };
   if (p.vector_loads_q) {
     static_assert(kDecodeRows * kChunks % kThreads == 0, "whole rounds of 16-byte copies");
 #pragma unroll
     for (int idx = tid; idx < kDecodeRows * kChunks; idx += kThreads) {
       const int r = idx / kChunks, chunk = idx % kChunks, pr = pr0 + r;
-      const bool ok = pr / p.group < lq && chunk * 8 < p.dim;
-      cp_async_16(smem_address(q_tile + swizzled<kPitch>(r, chunk)),
-                  ok ? q_base + (q_offset(pr) + chunk * 8) * esize : q_base, ok ? 16 : 0);
+      const bool ok = p.group_div.div(pr) < lq && chunk * 8 < p.dim;
+      cp_async_16(
+          smem_address(q_tile + swizzled<kPitch>(r, chunk)),
+          ok ? q_base + (q_row_offset(p, b, h, q_first_row, pr) + chunk * 8) * esize : q_base,
+          ok ? 16 : 0);
     }
   }
   const int n_blocks = k1 > k0 ? (k1 - k0 + kBlockN - 1) / kBlockN : 0;
-#pragma unroll
+  // Not unrolled: load_kv's code appears here and in the main loop only (a decode call's few
+  // blocks run cold from the instruction cache, so code size is time).
+#pragma unroll 1
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_blocks) load_kv(k0 + s * kBlockN, s);
     cp_async_commit();
   }
   if (!p.vector_loads_q)
-    for (int idx = tid; idx < kDecodeRows * kDim; idx += kThreads) {
-      const int r = idx / kDim, col = idx % kDim, pr = pr0 + r;
-      float x = 0.0f;
-      if (pr / p.group < lq && col < p.dim) x = load_elem(q_base, q_offset(pr) + col, p.in_type);
-      q_tile[swizzled<kPitch>(r, col >> 3) + (col & 7)] = MmaType<T>::from_float(x);
-    }
+    load_q_elements<T, kDim, kPitch, kThreads>(p, b, h, q_first_row, pr0, lq, q_tile, tid);
 
   float acc_o[kDTiles][4];
 #pragma unroll
@@ -269,9 +308,10 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int pr = pr0 + g + 8 * hh;
-    alibi_pos[hh] = pr / p.group + lk - lq;
+    alibi_pos[hh] = p.group_div.div(pr) + lk - lq;
     if (p.alibi != nullptr)
-      slope[hh] = p.alibi[b * p.alibi_stride_b + (h * p.group + pr % p.group) * p.alibi_stride_h];
+      slope[hh] =
+          p.alibi[b * p.alibi_stride_b + (h * p.group + p.group_div.mod(pr)) * p.alibi_stride_h];
   }
 
   const int mat = lane / 8, mat_row = lane % 8;
@@ -433,7 +473,7 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
   }
   __syncthreads();
   for (int idx = tid; idx < rows * p.dim_v; idx += kThreads) {
-    const int r = idx / p.dim_v, d = idx % p.dim_v;
+    const int r = p.dim_v_div.div(idx), d = p.dim_v_div.mod(idx);
     const float* const row0 = merge + r * kRowPitch;
     const float m = row0[kDim], total = row0[kDim + 1];
     const bool poisoned = row0[kDim + 2] != 0.0f;
@@ -443,8 +483,8 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
       const float* row = merge + (w * kDecodeRows + r) * kRowPitch;
       acc += row[d] * row[kDim + 3];
     }
-    const int pr = pr0 + r, i = pr / p.group;
-    const float value = poisoned ? NAN : (total > 0.0f ? acc / total : 0.0f);
+    const int pr = pr0 + r, i = p.group_div.div(pr);
+    const float value = poisoned ? NAN : (total > 0.0f ? acc * __frcp_rn(total) : 0.0f);
     const float lse =
         poisoned ? NAN : (total > 0.0f ? (m + __log2f(total)) * 0.6931471805599453f : -INFINITY);
     if (p.splits > 1) {
@@ -453,7 +493,7 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
       continue;
     }
     // The keys are not split: this is the result.
-    const int hq = h * p.group + pr % p.group;
+    const int hq = h * p.group + p.group_div.mod(pr);
     const std::int64_t q_row = q_first_row + i;
     store_elem(p.out, b * p.o_stride_b + q_row * p.o_stride_l + hq * p.o_stride_h + d, p.out_type,
                value);
