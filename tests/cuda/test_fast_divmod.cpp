@@ -16,8 +16,17 @@ TEST(FastDivmod, MatchesDivisionForSmallDivisorsAndEveryEdge) {
   std::uniform_int_distribution<int> any(0, INT32_MAX);
   for (int d = 1; d <= 4096; ++d) {
     const FastDivmod f(d);
-    const int edges[] = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, INT32_MAX - 1, INT32_MAX,
-                         INT32_MAX - INT32_MAX % d, INT32_MAX - INT32_MAX % d - 1};
+    const int edges[] = {0,
+                         1,
+                         d - 1,
+                         d,
+                         d + 1,
+                         2 * d - 1,
+                         2 * d,
+                         INT32_MAX - 1,
+                         INT32_MAX,
+                         INT32_MAX - INT32_MAX % d,
+                         INT32_MAX - INT32_MAX % d - 1};
     for (const int n : edges) {
       if (n < 0) continue;
       ASSERT_EQ(f.div(n), n / d) << n << " / " << d;

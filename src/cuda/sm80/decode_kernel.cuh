@@ -215,6 +215,12 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
     v_row0 = v_base + (blk * p.v_stride_blk + row0 * p.v_stride_row + chunk * 8) * esize;
   }
   const std::int64_t k_step = p.k_stride_row * esize, v_step = p.v_stride_row * esize;
+  // A paged cache: the sequence's table row, and this thread's chunk within any row.
+  const std::int32_t* const table_row =
+      p.block_table != nullptr ? p.block_table + b * p.block_table_stride : nullptr;
+  const char* const k_chunk_src = k_base + chunk * 8 * esize;
+  const char* const v_chunk_src = v_base + chunk * 8 * esize;
+  const std::int64_t k_blk_step = p.k_stride_blk * esize, v_blk_step = p.v_stride_blk * esize;
 
   // K and V rows of block n0 into slot `slot`: 16-byte copies of gathered rows (zero past k1).
   auto load_kv = [&](int n0, int slot) {
@@ -244,22 +250,21 @@ __global__ void __launch_bounds__(decode_config(kBucket).threads(), 2)
           v_src += kRowStep * v_step;
         }
       } else {
+        // Paged: each row's page looked up in the sequence's table row (clamped into the pool).
 #pragma unroll
         for (int k = 0; k < kBlockN / kRowStep; ++k) {
           const int row = row0 + k * kRowStep, j = n0 + row;
           const bool key_ok = j < k1;
-          std::int64_t ko = 0, vo = 0;
-          if (key_ok) {
-            std::int64_t blk, slot_row;
-            cache_slot(p, b, j, blk, slot_row);
-            ko = blk * p.k_stride_blk + slot_row * p.k_stride_row;
-            vo = blk * p.v_stride_blk + slot_row * p.v_stride_row;
-          }
+          const int page = p.block_div.div(j);
+          const int in_page = j - page * p.block_size;
+          const int blk = key_ok ? min(max(table_row[page], 0), p.num_blocks - 1) : 0;
           const bool k_ok = key_ok && k_col, v_ok = key_ok && v_col;
           cp_async_16(smem_address(k_tile + swizzled<kPitch>(row, chunk)),
-                      k_ok ? k_base + (ko + chunk * 8) * esize : k_base, k_ok ? 16 : 0);
+                      k_ok ? k_chunk_src + blk * k_blk_step + in_page * k_step : k_base,
+                      k_ok ? 16 : 0);
           cp_async_16(smem_address(v_tile + swizzled<kPitch>(row, chunk)),
-                      v_ok ? v_base + (vo + chunk * 8) * esize : v_base, v_ok ? 16 : 0);
+                      v_ok ? v_chunk_src + blk * v_blk_step + in_page * v_step : v_base,
+                      v_ok ? 16 : 0);
         }
       }
     } else {
