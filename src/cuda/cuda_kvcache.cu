@@ -362,9 +362,14 @@ void cuda_attention_with_kvcache(const KvCacheParams& p, void* stream_ptr, void*
   d.lse_stride_l = a.lse_stride_l;
   d.part_out = reinterpret_cast<float*>(ws + q_bytes);
   d.part_lse = reinterpret_cast<float*>(ws + q_bytes + out_bytes);
+  // The kernel's paged 16-byte path keeps a page's and its rows' byte offsets in 32 bits.
+  const auto fits32 = [](std::int64_t elements) { return elements * 2 < (std::int64_t{1} << 31); };
   d.vector_loads = a.dim % 8 == 0 && a.dim_v % 8 == 0 &&
                    aligned_rows(c.k, c.k_stride_blk, c.k_stride_row, c.k_stride_h) &&
-                   aligned_rows(c.v, c.v_stride_blk, c.v_stride_row, c.v_stride_h);
+                   aligned_rows(c.v, c.v_stride_blk, c.v_stride_row, c.v_stride_h) &&
+                   (!c.paged() || (fits32(c.k_stride_blk) && fits32(c.v_stride_blk) &&
+                                   fits32(c.k_stride_row * c.block_size) &&
+                                   fits32(c.v_stride_row * c.block_size)));
   d.vector_loads_q = a.dim % 8 == 0 && aligned_rows(d.q, d.q_stride_b, d.q_stride_l, d.q_stride_h);
   const cudaError_t status = cuda::launch_decode(d, bucket, stream);
   if (status != cudaSuccess) throw_cuda("attention_with_kvcache (decode)", status);
