@@ -375,6 +375,17 @@ void cuda_attention_with_kvcache(const KvCacheParams& p, void* stream_ptr, void*
   if (status != cudaSuccess) throw_cuda("attention_with_kvcache (decode)", status);
   if (splits == 1) return;  // the decode kernel wrote the result
 
+  // The combine asks for the decode kernel's shared-memory carveout: an SM switches its
+  // L1 / shared split only when idle, so a different preference would cost a drain between the
+  // two kernels (a hint; its failure changes nothing).
+  static const bool carveout = [] {
+    const bool ok =
+        cudaFuncSetAttribute(&combine_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) == cudaSuccess;
+    if (!ok) static_cast<void>(cudaGetLastError());  // not the launch's error
+    return ok;
+  }();
+  static_cast<void>(carveout);
   combine_kernel<<<dim3(static_cast<unsigned>(a.len_q * a.heads_q), static_cast<unsigned>(B)),
                    kCombineWarps * 32, 0, stream>>>(d, p);
   check_launch("attention_with_kvcache (combine)");

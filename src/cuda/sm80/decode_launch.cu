@@ -21,9 +21,17 @@ namespace {
 // host time that decode, a few microseconds of GPU work, cannot hide).
 template <typename T, int kBucket>
 cudaError_t prepare() {
-  static const cudaError_t status =
-      cudaFuncSetAttribute(&decode_kernel<T, kBucket>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           decode_config(kBucket).smem_bytes());
+  static const cudaError_t status = [] {
+    const cudaError_t s = cudaFuncSetAttribute(&decode_kernel<T, kBucket>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               decode_config(kBucket).smem_bytes());
+    // The most shared memory (the combine asks for the same; a hint, failure changes nothing).
+    if (cudaFuncSetAttribute(&decode_kernel<T, kBucket>,
+                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+      static_cast<void>(cudaGetLastError());
+    return s;
+  }();
   return status;
 }
 
