@@ -6,11 +6,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define TILEATTN_HOST_DEVICE __host__ __device__
-#else
-#define TILEATTN_HOST_DEVICE
-#endif
+#include "common/host_device.hpp"
 
 namespace tileattn::cuda {
 
