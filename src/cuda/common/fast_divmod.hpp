@@ -39,5 +39,3 @@ struct FastDivmod {
 };
 
 }  // namespace tileattn::cuda
-
-#undef TILEATTN_HOST_DEVICE
