@@ -28,6 +28,14 @@ TEST(DecodeSplitPlan, DoesNotSplitWorkThatFillsTheDevice) {
   EXPECT_GT(plan_decode_splits(200, 2048, kSlots, 0).splits, 1);
 }
 
+TEST(DecodeSplitPlan, DoesNotSplitShortWorkThatFillsAFifthOfTheDevice) {
+  EXPECT_EQ(plan_decode_splits(64, 16, kSlots, 0).splits, 1);  // B 8 x Hkv 8, 1k keys
+  EXPECT_GT(plan_decode_splits(64, 17, kSlots, 0).splits, 1);
+  EXPECT_GT(plan_decode_splits(52, 16, kSlots, 0).splits, 1);  // under a fifth
+  EXPECT_EQ(plan_decode_splits(8, 16, kSlots, 0).splits, 16);  // B 1: every block its own split
+  EXPECT_EQ(plan_decode_splits(64, 16, kSlots, 4).splits, 4);  // a requested count stands
+}
+
 TEST(DecodeSplitPlan, EverySplitHoldsKeysAndTheSplitsCoverAllBlocks) {
   for (std::int64_t ctas : {1, 3, 8, 64, 100, 300})
     for (std::int64_t blocks : {1, 2, 7, 64, 65, 2048, 100000})
