@@ -99,19 +99,14 @@ void attention_forward(const AttentionArgs& args, const Context& ctx) {
 
   if (backend == Backend::cuda) {
 #if defined(TILEATTN_WITH_CUDA)
-    if (p.device != Device::cuda)
-      throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
+    detail::require_device_tensors(p.device);
     detail::cuda_flash_forward(p, ctx.cuda_stream, ctx.cuda_f32_via_bf16);
     return;
 #else
-    throw Error(
-        "tileattn: argument 'ctx.backend': this build has no CUDA backend "
-        "(configure with -DTILEATTN_CUDA=ON)");
+    detail::no_cuda_backend();
 #endif
   }
-  if (p.device != Device::cpu)
-    throw Error(std::string("tileattn: argument 'ctx.backend': the ") + to_string(backend) +
-                " backend needs host tensors");
+  detail::require_host_tensors(backend, p.device);
   const auto run = [&](const detail::AttnParams& call) {
     if (call.len_q == 0) return;
     if (backend == Backend::reference)
@@ -130,20 +125,15 @@ void attention_backward(const AttentionBackwardArgs& args, const Context& ctx) {
   const Backend backend = detail::resolve_backend(ctx, p.device);
   if (backend == Backend::cuda) {
 #if defined(TILEATTN_WITH_CUDA)
-    if (p.device != Device::cuda)
-      throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
+    detail::require_device_tensors(p.device);
     detail::cuda_flash_backward(p, ctx.cuda_stream, ctx.cuda_f32_via_bf16, ctx.cuda_workspace,
                                 ctx.cuda_workspace_bytes);
     return;
 #else
-    throw Error(
-        "tileattn: argument 'ctx.backend': this build has no CUDA backend "
-        "(configure with -DTILEATTN_CUDA=ON)");
+    detail::no_cuda_backend();
 #endif
   }
-  if (p.device != Device::cpu)
-    throw Error(std::string("tileattn: argument 'ctx.backend': the ") + to_string(backend) +
-                " backend needs host tensors");
+  detail::require_host_tensors(backend, p.device);
   const auto run = [&](const detail::AttnBackwardParams& call) {
     if (backend == Backend::reference)
       detail::reference_backward(call, ctx.threads);

@@ -26,6 +26,23 @@ inline Backend resolve_backend(const Context& ctx, Device device) {
   return device == Device::cuda ? Backend::cuda : Backend::cpu;
 }
 
+// The placement checks of a resolved backend: the cuda backend takes device tensors, the host
+// backends host tensors; a build without CUDA refuses the cuda backend.
+inline void require_device_tensors(Device device) {
+  if (device != Device::cuda)
+    throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
+}
+inline void require_host_tensors(Backend backend, Device device) {
+  if (device != Device::cpu)
+    throw Error(std::string("tileattn: argument 'ctx.backend': the ") + to_string(backend) +
+                " backend needs host tensors");
+}
+[[noreturn]] inline void no_cuda_backend() {
+  throw Error(
+      "tileattn: argument 'ctx.backend': this build has no CUDA backend "
+      "(configure with -DTILEATTN_CUDA=ON)");
+}
+
 // Runs a host backend, turning a failure to get memory or threads into tileattn::Error.
 template <typename F>
 inline void run_on_host(F&& f) {

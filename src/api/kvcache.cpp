@@ -13,38 +13,19 @@
 
 namespace tileattn {
 
-namespace {
-
-#if !defined(TILEATTN_WITH_CUDA)
-[[noreturn]] void no_cuda_backend() {
-  throw Error(
-      "tileattn: argument 'ctx.backend': this build has no CUDA backend "
-      "(configure with -DTILEATTN_CUDA=ON)");
-}
-#endif
-
-void require_host(Backend backend, Device device) {
-  if (device != Device::cpu)
-    throw Error(std::string("tileattn: argument 'ctx.backend': the ") + to_string(backend) +
-                " backend needs host tensors");
-}
-
-}  // namespace
-
 void apply_rotary(const RotaryArgs& args, const Context& ctx) {
   const detail::RotaryParams p = detail::validate_rotary(args);
   const Backend backend = detail::resolve_backend(ctx, p.device);
   if (backend == Backend::cuda) {
 #if defined(TILEATTN_WITH_CUDA)
-    if (p.device != Device::cuda)
-      throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
+    detail::require_device_tensors(p.device);
     detail::cuda_apply_rotary(p, ctx.cuda_stream);
     return;
 #else
-    no_cuda_backend();
+    detail::no_cuda_backend();
 #endif
   }
-  require_host(backend, p.device);
+  detail::require_host_tensors(backend, p.device);
   detail::run_on_host([&] { detail::cpu_apply_rotary(p, ctx.threads); });
 }
 
@@ -53,16 +34,15 @@ void attention_with_kvcache(const KvCacheArgs& args, const Context& ctx) {
   const Backend backend = detail::resolve_backend(ctx, p.attn.device);
   if (backend == Backend::cuda) {
 #if defined(TILEATTN_WITH_CUDA)
-    if (p.attn.device != Device::cuda)
-      throw Error("tileattn: argument 'ctx.backend': the cuda backend needs device tensors");
+    detail::require_device_tensors(p.attn.device);
     detail::cuda_attention_with_kvcache(p, ctx.cuda_stream, ctx.cuda_workspace,
                                         ctx.cuda_workspace_bytes);
     return;
 #else
-    no_cuda_backend();
+    detail::no_cuda_backend();
 #endif
   }
-  require_host(backend, p.attn.device);
+  detail::require_host_tensors(backend, p.attn.device);
   detail::run_on_host([&] {
     if (p.has_new()) detail::cpu_kvcache_append(p, ctx.threads);
     if (backend == Backend::reference)
