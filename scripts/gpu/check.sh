@@ -11,6 +11,9 @@
 #                                        tileattn's KV-cache decode vs PyTorch SDPA cuDNN / FA2
 #                                        and a copy, DECODE_ARGS; then --lq 4, paged 16/256
 #                                        and a num_splits sweep of the small cases)
+#                                        decode_ab (after python: the decode of AB_PATCH's
+#                                        baseline, installed in a second virtualenv, against
+#                                        this tree, AB_ROUNDS alternating rounds, DECODE_AB_ARGS)
 #                                        sanitize race_repeat
 #                                        bench bench_bwd ab ncu_bwd ncu_src (NCU_SRC=fwd|bwd|bwd_sm80)
 #                                        bwd_parts duel (DUEL_*: tileattn vs cuDNN alternately)
@@ -251,6 +254,59 @@ if has_stage decode_bench; then  # after python: python/bench/decode.py (DECODE_
     (cd /tmp && timeout 240 /tmp/tileattn-venv/bin/python "$ROOT/python/bench/decode.py" $args \
       ${DECODE_ARGS:-}) 2>&1 | tail -90 | tee -a "$OUT/decode.txt" | tee -a "$SUMMARY"
   done
+fi
+if has_stage decode_ab; then  # after python: the decode of AB_PATCH's baseline against this tree
+  stage_mark decode_ab
+  start=$(date +%s)
+  # The baseline (this tree with AB_PATCH reverse-applied, as the ab stage does) is installed
+  # into a second virtualenv; python/bench/decode.py (tileattn's side only, graph mode) then runs
+  # in each, alternately, AB_ROUNDS times; a table of tileattn GB/s per round and side follows.
+  base_src=/tmp/decode-ab-base base_venv=/tmp/tileattn-venv-base
+  rm -rf "$base_src" && mkdir -p "$base_src"
+  read -r -a patches <<<"${AB_PATCH:-}"
+  if ((${#patches[@]} == 0)); then
+    note "-- decode_ab: AB_PATCH names no patch"; status=1
+  elif ! { tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C "$base_src" &&
+    (cd "$base_src" && for ((j = ${#patches[@]} - 1; j >= 0; j--)); do
+      patch -R -p1 -s <"$ROOT/${patches[j]}" || exit 1; done); }; then
+    note "-- decode_ab: the patches do not reverse-apply"; status=1
+  else
+    [[ -x $base_venv/bin/python ]] || cp -a /tmp/tileattn-venv "$base_venv"
+    if ! "$base_venv/bin/python" -m pip install -q --no-index --no-build-isolation --no-deps \
+      --force-reinstall "$base_src" --config-settings=cmake.define.TILEATTN_CUDA=ON \
+      --config-settings=build-dir="$base_src-build" >"$OUT/decode_ab.log" 2>&1; then
+      note "-- decode_ab: the baseline package did not build"; tail -20 "$OUT/decode_ab.log"
+      status=1
+    else
+      : >/tmp/decode_ab_runs.txt
+      for ((r = 1; r <= ${AB_ROUNDS:-2}; r++)); do
+        for side in base new; do
+          py=/tmp/tileattn-venv/bin/python
+          [[ $side == base ]] && py=$base_venv/bin/python
+          (cd /tmp && timeout 240 "$py" "$ROOT/python/bench/decode.py" --torch= \
+            ${DECODE_AB_ARGS:-}) 2>&1 | tee -a "$OUT/decode_ab.log" |
+            awk -v tag="${side}_$r" -F' [|] ' '/^[0-9]+ [|] [0-9]+ [|] /{print tag, $1, $2, $3}' \
+              >>/tmp/decode_ab_runs.txt
+        done
+      done
+      python3 - /tmp/decode_ab_runs.txt <<'PY' | tee -a "$OUT/decode.txt" | tee -a "$SUMMARY"
+import collections, sys
+rows = collections.OrderedDict()
+tags = []
+for line in open(sys.argv[1]):
+    tag, b, lk, gbps = line.split()
+    rows.setdefault((int(b), int(lk)), {})[tag] = gbps
+    if tag not in tags:
+        tags.append(tag)
+tags.sort(key=lambda t: (t.split("_")[0] != "base", t))
+print("decode A/B, tileattn GB/s (graph mode):")
+print("B | Lk | " + " | ".join(tags))
+for (b, lk), v in rows.items():
+    print(f"{b} | {lk} | " + " | ".join(v.get(t, "-") for t in tags))
+PY
+    fi
+  fi
+  note "   ($(($(date +%s) - start)) s)"
 fi
 if has_stage sanitize; then
   stage_mark sanitize
