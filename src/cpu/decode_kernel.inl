@@ -175,6 +175,22 @@ void stage_block(const DecodeJob& job, const BlockRows<T>& in, int n, BlockRows<
   }
 }
 
+// Stores the reduced dots of G keys and rows_valid rows (lane r * G + g: row r, key g) at
+// scores[r * kBlock + g], keys below `keys` only, a row's G scores as one piece (sixteen scalar
+// stores of a vector just written stall on store forwarding).
+template <int G>
+inline void store_dots(VecF reduced, int keys, int rows_valid, float* scores) {
+  float dots[kLanes];
+  store(dots, reduced);
+  if (keys >= G) {
+    for (int r = 0; r < rows_valid; ++r)
+      std::memcpy(scores + r * kBlock, dots + r * G, sizeof(float) * G);
+  } else {
+    for (int r = 0; r < rows_valid; ++r)
+      for (int g = 0; g < keys; ++g) scores[r * kBlock + g] = dots[r * G + g];
+  }
+}
+
 // scores[r][jj] = q[r] . k[jj] for P rows starting at q (P a power of two <= kLanes) and the
 // block's n keys. kLanes / P keys share one reduction.
 template <int P, typename T>
@@ -192,12 +208,9 @@ void block_scores(const float* q, std::int64_t q_stride, std::int64_t vecs, cons
       for (int g = 0; g < G; ++g) {
         const VecF kv = load_row(kr[g] + c * kLanes);
         for (int r = 0; r < P; ++r)
-          acc[g * P + r] = fma(load(q + r * q_stride + c * kLanes), kv, acc[g * P + r]);
+          acc[r * G + g] = fma(load(q + r * q_stride + c * kLanes), kv, acc[r * G + g]);
       }
-    float dots[kLanes];
-    store(dots, reduce_rows_add(acc));
-    for (int g = 0; g < G && j + g < n; ++g)
-      for (int r = 0; r < rows_valid; ++r) scores[r * kBlock + j + g] = dots[g * P + r];
+    store_dots<G>(reduce_rows_add(acc), n - j, rows_valid, scores + j);
   }
 }
 
@@ -221,14 +234,11 @@ void block_scores_bf16_dot(const std::uint16_t* q, std::int64_t q_stride, std::i
       for (int g = 0; g < G; ++g) {
         const auto kv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(kr[g] + c));
         for (int r = 0; r < P; ++r)
-          acc[g * P + r].v = _mm512_dpbf16_ps(
-              acc[g * P + r].v,
+          acc[r * G + g].v = _mm512_dpbf16_ps(
+              acc[r * G + g].v,
               reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + r * q_stride + c)), kv);
       }
-    float dots[kLanes];
-    store(dots, reduce_rows_add(acc));
-    for (int g = 0; g < G && j + g < n; ++g)
-      for (int r = 0; r < rows_valid; ++r) scores[r * kBlock + j + g] = dots[g * P + r];
+    store_dots<G>(reduce_rows_add(acc), n - j, rows_valid, scores + j);
   }
 }
 
