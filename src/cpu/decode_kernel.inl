@@ -195,11 +195,11 @@ inline void store_dots(VecF reduced, int keys, int rows_valid, float* scores) {
 // block's n keys. kLanes / P keys share one reduction.
 template <int P, typename T>
 void block_scores(const float* q, std::int64_t q_stride, std::int64_t vecs, const T* const* k,
-                  int n, int rows_valid, float* scores, const Ahead& ahead) {
+                  int n, int rows_valid, float* scores, const Ahead& ahead, int ahead_n) {
   constexpr int G = kLanes / P;
   for (int j = 0; j < n; j += G) {
     for (int g = 0; g < G; ++g)
-      if (j + g < ahead.n) prefetch_row(ahead.k[j + g], ahead.k_bytes);
+      if (j + g < ahead_n) prefetch_row(ahead.k[j + g], ahead.k_bytes);
     VecF acc[kLanes];
     for (VecF& a : acc) a = zero();
     const T* kr[G];
@@ -221,11 +221,11 @@ void block_scores(const float* q, std::int64_t q_stride, std::int64_t vecs, cons
 template <int P>
 void block_scores_bf16_dot(const std::uint16_t* q, std::int64_t q_stride, std::int64_t dim,
                            const BF16* const* k, int n, int rows_valid, float* scores,
-                           const Ahead& ahead) {
+                           const Ahead& ahead, int ahead_n) {
   constexpr int G = kLanes / P;
   for (int j = 0; j < n; j += G) {
     for (int g = 0; g < G; ++g)
-      if (j + g < ahead.n) prefetch_row(ahead.k[j + g], ahead.k_bytes);
+      if (j + g < ahead_n) prefetch_row(ahead.k[j + g], ahead.k_bytes);
     VecF acc[kLanes];
     for (VecF& a : acc) a = zero();
     const BF16* kr[G];
@@ -243,50 +243,53 @@ void block_scores_bf16_dot(const std::uint16_t* q, std::int64_t q_stride, std::i
 }
 
 bool bf16_dot_scores(const DecodeJob& job, const BF16* const* k, int n, std::int64_t rows,
-                     Ahead ahead) {
+                     const Ahead& ahead) {
   if (job.q_bf16 == nullptr || job.dim % 32 != 0) return false;
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kLanes, ahead.n = 0) {
+  int ahead_n = ahead.n;  // the first row group prefetches
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kLanes, ahead_n = 0) {
     const std::int64_t left = rows - r0;
     const int valid = static_cast<int>(left < kLanes ? left : kLanes);
     const std::uint16_t* q = job.q_bf16 + r0 * job.dim_padded;
     float* s = job.scores + r0 * kBlock;
     if (valid > kLanes / 2)
-      block_scores_bf16_dot<kLanes>(q, job.dim_padded, job.dim, k, n, valid, s, ahead);
+      block_scores_bf16_dot<kLanes>(q, job.dim_padded, job.dim, k, n, valid, s, ahead, ahead_n);
     else if (valid > kLanes / 4)
-      block_scores_bf16_dot<kLanes / 2>(q, job.dim_padded, job.dim, k, n, valid, s, ahead);
+      block_scores_bf16_dot<kLanes / 2>(q, job.dim_padded, job.dim, k, n, valid, s, ahead, ahead_n);
     else if (valid > 2)
-      block_scores_bf16_dot<4>(q, job.dim_padded, job.dim, k, n, valid, s, ahead);
+      block_scores_bf16_dot<4>(q, job.dim_padded, job.dim, k, n, valid, s, ahead, ahead_n);
     else if (valid == 2)
-      block_scores_bf16_dot<2>(q, job.dim_padded, job.dim, k, n, valid, s, ahead);
+      block_scores_bf16_dot<2>(q, job.dim_padded, job.dim, k, n, valid, s, ahead, ahead_n);
     else
-      block_scores_bf16_dot<1>(q, job.dim_padded, job.dim, k, n, valid, s, ahead);
+      block_scores_bf16_dot<1>(q, job.dim_padded, job.dim, k, n, valid, s, ahead, ahead_n);
   }
   return true;
 }
 #endif
 
 template <typename T>
-void all_scores(const DecodeJob& job, const T* const* k, int n, std::int64_t rows, Ahead ahead) {
+void all_scores(const DecodeJob& job, const T* const* k, int n, std::int64_t rows,
+                const Ahead& ahead) {
 #if defined(__AVX512BF16__)
   if constexpr (std::is_same_v<T, BF16>)
     if (bf16_dot_scores(job, k, n, rows, ahead)) return;
 #endif
   const std::int64_t vecs = job.dim_padded / kLanes;
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kLanes, ahead.n = 0) {
+  int ahead_n = ahead.n;  // the first row group prefetches
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kLanes, ahead_n = 0) {
     const std::int64_t left = rows - r0;
     const int valid = static_cast<int>(left < kLanes ? left : kLanes);
     const float* q = job.q + r0 * job.dim_padded;
     float* s = job.scores + r0 * kBlock;
     if (valid > kLanes / 2)
-      block_scores<kLanes>(q, job.dim_padded, vecs, k, n, valid, s, ahead);
+      block_scores<kLanes>(q, job.dim_padded, vecs, k, n, valid, s, ahead, ahead_n);
     else if (valid > kLanes / 4)
-      block_scores<kLanes / 2>(q, job.dim_padded, vecs, k, n, valid, s, ahead);
+      block_scores<kLanes / 2>(q, job.dim_padded, vecs, k, n, valid, s, ahead, ahead_n);
     else if (valid > 2)
-      block_scores<4>(q, job.dim_padded, vecs, k, n, valid, s, ahead);
+      block_scores<4>(q, job.dim_padded, vecs, k, n, valid, s, ahead, ahead_n);
     else if (valid == 2)
-      block_scores<2>(q, job.dim_padded, vecs, k, n, valid, s, ahead);
+      block_scores<2>(q, job.dim_padded, vecs, k, n, valid, s, ahead, ahead_n);
     else
-      block_scores<1>(q, job.dim_padded, vecs, k, n, valid, s, ahead);
+      block_scores<1>(q, job.dim_padded, vecs, k, n, valid, s, ahead, ahead_n);
   }
 }
 
@@ -358,14 +361,14 @@ bool softmax_row(const DecodeJob& job, std::int64_t r, std::int64_t j0, int n) {
 // `skip` (nullptr: none) are left out.
 template <int RP, int CV, typename T>
 void block_pv(const DecodeJob& job, std::int64_t r0, std::int64_t c0, const T* const* v, int n,
-              const std::uint8_t* skip, const Ahead& ahead) {
+              const std::uint8_t* skip, const Ahead& ahead, int ahead_n) {
   VecF acc[RP][CV];
   for (int r = 0; r < RP; ++r)
     for (int c = 0; c < CV; ++c)
       acc[r][c] = load(job.out + (r0 + r) * job.dim_v_padded + (c0 + c) * kLanes);
   const float* p = job.scores + r0 * kBlock;
   for (int j = 0; j < n; ++j) {
-    if (j < ahead.n) prefetch_row(ahead.v[j], ahead.v_bytes);
+    if (j < ahead_n) prefetch_row(ahead.v[j], ahead.v_bytes);
     if (skip != nullptr && skip[j] != 0) continue;
     VecF vv[CV];
     for (int c = 0; c < CV; ++c) vv[c] = load_row(v[j] + (c0 + c) * kLanes);
@@ -379,31 +382,34 @@ void block_pv(const DecodeJob& job, std::int64_t r0, std::int64_t c0, const T* c
       store(job.out + (r0 + r) * job.dim_v_padded + (c0 + c) * kLanes, acc[r][c]);
 }
 
-// The first call of a block prefetches the next block's V rows; `ahead.n` is then cleared.
+// The first call of a block prefetches the next block's V rows; `ahead_n` is then cleared.
 template <int RP, typename T>
 void block_pv_rows(const DecodeJob& job, std::int64_t r0, const T* const* v, int n,
-                   const std::uint8_t* skip, Ahead& ahead) {
+                   const std::uint8_t* skip, const Ahead& ahead, int& ahead_n) {
   const std::int64_t vecs = job.dim_v_padded / kLanes;
   std::int64_t c = 0;
-  for (; c + 4 <= vecs; c += 4, ahead.n = 0) block_pv<RP, 4>(job, r0, c, v, n, skip, ahead);
+  for (; c + 4 <= vecs; c += 4, ahead_n = 0)
+    block_pv<RP, 4>(job, r0, c, v, n, skip, ahead, ahead_n);
   switch (vecs - c) {
-    case 3: block_pv<RP, 3>(job, r0, c, v, n, skip, ahead); break;
-    case 2: block_pv<RP, 2>(job, r0, c, v, n, skip, ahead); break;
-    case 1: block_pv<RP, 1>(job, r0, c, v, n, skip, ahead); break;
+    case 3: block_pv<RP, 3>(job, r0, c, v, n, skip, ahead, ahead_n); break;
+    case 2: block_pv<RP, 2>(job, r0, c, v, n, skip, ahead, ahead_n); break;
+    case 1: block_pv<RP, 1>(job, r0, c, v, n, skip, ahead, ahead_n); break;
     default: break;
   }
-  ahead.n = 0;
+  ahead_n = 0;
 }
 
 template <typename T>
-void all_pv(const DecodeJob& job, const T* const* v, int n, const std::uint8_t* skip, Ahead ahead) {
+void all_pv(const DecodeJob& job, const T* const* v, int n, const std::uint8_t* skip,
+            const Ahead& ahead) {
+  int ahead_n = ahead.n;
   std::int64_t r = 0;
-  for (; r + 4 <= job.rows; r += 4) block_pv_rows<4>(job, r, v, n, skip, ahead);
+  for (; r + 4 <= job.rows; r += 4) block_pv_rows<4>(job, r, v, n, skip, ahead, ahead_n);
   if (job.rows - r >= 2) {
-    block_pv_rows<2>(job, r, v, n, skip, ahead);
+    block_pv_rows<2>(job, r, v, n, skip, ahead, ahead_n);
     r += 2;
   }
-  if (r < job.rows) block_pv_rows<1>(job, r, v, n, skip, ahead);
+  if (r < job.rows) block_pv_rows<1>(job, r, v, n, skip, ahead, ahead_n);
 }
 
 // Keys of the block that some row does not see but another does: a non-finite V there must not
