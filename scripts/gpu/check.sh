@@ -51,6 +51,17 @@ SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+# A copy of this tree (no build or .gpu-deps) in $1 with patches $3.. reverse-applied from the
+# last down to index $2: the baseline of the A/B stages. Fails when a patch does not reverse.
+baseline_copy() {
+  local dest=$1 from=$2 j
+  shift 2
+  local list=("$@")
+  mkdir -p "$dest" &&
+    tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C "$dest" &&
+    (cd "$dest" && for ((j = ${#list[@]} - 1; j >= from; j--)); do
+      patch -R -p1 -s <"$ROOT/${list[j]}" || exit 1; done)
+}
 status=0
 
 note "== $(date -u +%FT%TZ) tileattn GPU check: stages: $STAGES"
@@ -262,13 +273,11 @@ if has_stage decode_ab; then  # after python: the decode of AB_PATCH's baseline 
   # into a second virtualenv; python/bench/decode.py (tileattn's side only, graph mode) then runs
   # in each, alternately, AB_ROUNDS times; a table of tileattn GB/s per round and side follows.
   base_src=/tmp/decode-ab-base base_venv=/tmp/tileattn-venv-base
-  rm -rf "$base_src" && mkdir -p "$base_src"
+  rm -rf "$base_src"
   read -r -a patches <<<"${AB_PATCH:-}"
   if ((${#patches[@]} == 0)); then
     note "-- decode_ab: AB_PATCH names no patch"; status=1
-  elif ! { tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C "$base_src" &&
-    (cd "$base_src" && for ((j = ${#patches[@]} - 1; j >= 0; j--)); do
-      patch -R -p1 -s <"$ROOT/${patches[j]}" || exit 1; done); }; then
+  elif ! baseline_copy "$base_src" 0 "${patches[@]}"; then
     note "-- decode_ab: the patches do not reverse-apply"; status=1
   else
     [[ -x $base_venv/bin/python ]] || cp -a /tmp/tileattn-venv "$base_venv"
@@ -484,10 +493,7 @@ if has_stage ab; then
       side_ks+=("$k")
       continue
     fi
-    mkdir -p "$src"
-    if tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C "$src" &&
-        (cd "$src" && for ((j = ${#patches[@]} - 1; j >= k; j--)); do
-          patch -R -p1 -s <"$ROOT/${patches[j]}" || exit 1; done); then
+    if baseline_copy "$src" "$k" "${patches[@]}"; then
       side_ks+=("$k")
     else
       note "-- ab: the patches do not reverse-apply (side $k)"; status=1 ab_ok=0
@@ -553,9 +559,8 @@ if has_stage f32; then  # f32 storage: accuracy and speed (scripts/gpu/f32_accur
   # baseline and of this tree with --f32-via-bf16 alternate F32_ROUNDS times (the opt-in's
   # speed against the baseline's f32 path, same card, same treatment).
   if [[ -n ${F32_BASE_PATCH:-} ]]; then
-    rm -rf /tmp/f32-base && mkdir -p /tmp/f32-base
-    tar --exclude=./build-gpu --exclude=./.gpu-deps -cf - . | tar -xf - -C /tmp/f32-base
-    (cd /tmp/f32-base && patch -R -p1 -s <"$ROOT/$F32_BASE_PATCH" &&
+    rm -rf /tmp/f32-base
+    (baseline_copy /tmp/f32-base 0 "$F32_BASE_PATCH" && cd /tmp/f32-base &&
       cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES="80;90a-real" -DTILEATTN_BUILD_TESTS=OFF \
         -DTILEATTN_BUILD_BENCHMARKS=OFF -DCMAKE_PREFIX_PATH="$ROOT/.gpu-deps/cli11" \
