@@ -1,9 +1,10 @@
 // The first and last kernels of every CUDA backward call (the sm80 and the sm90 main kernels
 // share them):
 //   flash_bwd_prepare     per workspace row (b, h, i): delta = rowsum(dO o O) and lse * log2(e)
-//                         (+inf for a row with no visible key, so that its recomputed
-//                         probabilities are 0; rows past the batch entry's (varlen: the
-//                         sequence's) length: delta 0, +inf); and zeroes
+//                         (row_stats: +inf for a row with no visible key, so that its
+//                         recomputed probabilities are 0, NaN for a poisoned row; rows past
+//                         the batch entry's (varlen: the sequence's) length: delta 0, +inf);
+//                         and zeroes
 //                         the row's dq_accum_cols floats of dq_accum (by position: together
 //                         the rows cover the workspace whatever its layout).
 //   flash_bwd_convert_dq  dq = scale * workspace, in dq's dtype and layout.
@@ -66,11 +67,25 @@ struct PrepareRow {
     exists = i < seq.len_q;
     tensor_row = seq.q0 + i;
   }
-  __device__ float lse_log2(const FlashBwdParams& p) const {
-    const float lse = p.lse[b * p.lse_stride_b + h * p.lse_stride_h + tensor_row * p.lse_stride_l];
-    return lse == -INFINITY ? INFINITY : lse * kLog2e;
+  __device__ float lse(const FlashBwdParams& p) const {
+    return p.lse[b * p.lse_stride_b + h * p.lse_stride_h + tensor_row * p.lse_stride_l];
   }
 };
+
+// What the main kernels read of a row: lse * log2(e) and delta, with the non-finite rules
+// (docs/semantics.md, "Backward") folded in. A row with no visible key (lse -inf): +inf, so
+// that its probabilities are 0, and delta 0. A poisoned row (its lse NaN or +inf, or a
+// non-finite element in its out or dout, which makes delta non-finite): NaN, so that its
+// probabilities are NaN exactly where it sees a key (the masks replace them elsewhere), and
+// delta 0, so that dS = P (dP - delta) stays 0 where P is.
+struct RowStats {
+  float lse_log2, delta;
+};
+__device__ __forceinline__ RowStats row_stats(float lse, float delta) {
+  if (lse == -INFINITY) return {INFINITY, 0.0f};
+  if (!(fabsf(lse) < INFINITY) || !(fabsf(delta) < INFINITY)) return {NAN, 0.0f};
+  return {lse * kLog2e, delta};
+}
 
 // Any dtypes and strides: one warp per row. dO and O are rounded to the kernel's operand type T
 // first, as dP = dO V^T sees them, so that dP - delta cancels where it should (e.g. one key:
@@ -83,7 +98,7 @@ __global__ void __launch_bounds__(kPrepareRowsPerBlock * 32)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (row >= static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch) return;
   const PrepareRow at(p, row);
-  float delta = 0.0f, lse_log2 = INFINITY;
+  float delta = 0.0f, lse = -INFINITY;
   if (at.exists) {
     const std::int64_t out_esize = p.out_type == ElemType::f32 ? 4 : 2;
     const std::int64_t do_esize = p.dout_type == ElemType::f32 ? 4 : 2;
@@ -95,14 +110,15 @@ __global__ void __launch_bounds__(kPrepareRowsPerBlock * 32)
         (at.b * p.do_stride_b + at.tensor_row * p.do_stride_l + at.h * p.do_stride_h) * do_esize;
     for (int c = lane; c < p.dim_v; c += 32)
       delta += rounded<T>(load_elem(o, c, p.out_type)) * rounded<T>(load_elem(d, c, p.dout_type));
-    lse_log2 = at.lse_log2(p);
+    lse = at.lse(p);
   }
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2)
     delta += __shfl_xor_sync(0xffffffffu, delta, offset);
   if (lane == 0) {
-    p.delta[row] = delta;
-    p.lse_log2[row] = lse_log2;
+    const RowStats stats = row_stats(lse, delta);
+    p.delta[row] = stats.delta;
+    p.lse_log2[row] = stats.lse_log2;
   }
   float* accum = p.dq_accum + row * p.dq_accum_cols;
   for (int c = lane; c < p.dq_accum_cols; c += 32) accum[c] = 0.0f;
@@ -118,7 +134,7 @@ __global__ void __launch_bounds__(kAuxThreads)
       (static_cast<std::int64_t>(blockIdx.x) * kAuxThreads + threadIdx.x) >> lanes_log2;
   const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
   const bool valid = row < static_cast<std::int64_t>(p.len_q_padded) * p.heads_q * p.batch;
-  float delta = 0.0f, lse_log2 = INFINITY;
+  float delta = 0.0f, lse = -INFINITY;
   if (valid) {
     const PrepareRow at(p, row);
     if (at.exists) {
@@ -134,15 +150,16 @@ __global__ void __launch_bounds__(kAuxThreads)
 #pragma unroll
         for (int e = 0; e < 8; ++e) delta = fmaf(to_float(oe[e]), to_float(de[e]), delta);
       }
-      lse_log2 = at.lse_log2(p);
+      lse = at.lse(p);
     }
   }
   for (int offset = lanes / 2; offset > 0; offset /= 2)
     delta += __shfl_xor_sync(0xffffffffu, delta, offset);
   if (!valid) return;
   if (lane == 0) {
-    p.delta[row] = delta;
-    p.lse_log2[row] = lse_log2;
+    const RowStats stats = row_stats(lse, delta);
+    p.delta[row] = stats.delta;
+    p.lse_log2[row] = stats.lse_log2;
   }
   // dq_accum_cols is a multiple of 64 (a head-dim bucket): float4 stores.
   float4* accum = reinterpret_cast<float4*>(p.dq_accum + row * p.dq_accum_cols);

@@ -60,4 +60,58 @@ __device__ __forceinline__ bool row_poisoned(float sum, float acc_check) {
   return sum != sum || acc_check != acc_check;
 }
 
+// The backward's share (docs/semantics.md, "Backward"). A key whose K or V row holds a
+// non-finite element must give NaN where a row sees it and nothing elsewhere; but where a row
+// cannot see it, its probability 0 meets its V in dP = dO V^T (0 * NaN) and its dS 0 meets its
+// K in dQ = dS K. So each CTA zeroes such keys' K and V rows in shared memory once, before its
+// first step, and adds NaN to their scores at every step (scores_with_poisoned_keys): their
+// probabilities are then NaN exactly where a row sees them, as the forward's rows are.
+//
+// One warp checks rows r0 .. r0 + n - 1 (n <= 32) of the K and V tiles, 16 bytes per lane at a
+// time (`chunk_at(tile, r, c)`: chunk c, in storage order, of row r), and zeroes both tiles'
+// rows that hold a non-finite element. Returns, in every lane, bit r - r0 for each such row.
+template <typename T, int kDim, typename ChunkAt>
+__device__ __forceinline__ std::uint32_t clear_nonfinite_keys(T* k, T* v, int r0, int n,
+                                                              ChunkAt chunk_at) {
+  constexpr int kRowChunks = kDim / 8;  // per tile
+  constexpr int kLanesPerRow = 2 * kRowChunks < 32 ? 2 * kRowChunks : 32;
+  constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  constexpr int kChunksPerLane = 2 * kRowChunks / kLanesPerRow;
+  constexpr std::uint32_t kRowLanes = kLanesPerRow == 32 ? 0xffffffffu : (1u << kLanesPerRow) - 1u;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int sub = lane / kLanesPerRow, first = lane % kLanesPerRow;
+  std::uint32_t rows = 0;
+  for (int pass = 0; pass < n; pass += kRowsPerPass) {
+    const int r = r0 + pass + sub;
+    const bool in = pass + sub < n;
+    uint4* chunks[kChunksPerLane];
+    bool bad = false;
+#pragma unroll
+    for (int i = 0; i < kChunksPerLane; ++i) {
+      const int c = first + i * kLanesPerRow;  // K's chunks, then V's
+      chunks[i] = reinterpret_cast<uint4*>(chunk_at(c < kRowChunks ? k : v, r, c % kRowChunks));
+      if (in) {
+        const uint4 x = *chunks[i];
+        bad |= (nonfinite_halves<T>(x.x) | nonfinite_halves<T>(x.y) | nonfinite_halves<T>(x.z) |
+                nonfinite_halves<T>(x.w)) != 0;
+      }
+    }
+    const std::uint32_t votes = __ballot_sync(0xffffffffu, bad);
+    if (votes == 0) continue;
+    if (in && (votes >> (sub * kLanesPerRow) & kRowLanes) != 0) {
+#pragma unroll
+      for (int i = 0; i < kChunksPerLane; ++i) *chunks[i] = make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int s = 0; s < kRowsPerPass; ++s)
+      if ((votes >> (s * kLanesPerRow) & kRowLanes) != 0) rows |= 1u << (pass + s);
+  }
+  return rows;
+}
+
+// 0 for a key that clear_nonfinite_keys left alone, NaN for one it zeroed: added to its scores.
+__device__ __forceinline__ float key_poison(std::uint32_t rows, int row) {
+  return (rows >> row & 1u) != 0 ? __int_as_float(0x7fc00000) : 0.0f;
+}
+
 }  // namespace tileattn::cuda

@@ -231,6 +231,23 @@ __global__ void __launch_bounds__(256, 1)
        LaneColumnMask<kSTiles>(
            KeyRowVisibility(p, seq.len_q, n0 + 32 * wk + 24 + g, klen, diagonal))}};
 
+  // The non-finite rules (cuda/common/poison.cuh): warp (wk, wq) checks rows 32 wk + 16 wq ..
+  // of K and V and zeroes those holding a non-finite element; poisoned_keys (bit r: row
+  // 32 wk + r) marks the keys of this warp's S^T rows, whose scores get a NaN at every step.
+  std::uint32_t poisoned_keys = 0;
+  if (n_iters > 0) {
+    cp_async_wait<0>();
+    __syncthreads();  // K and V landed (each thread copied chunks of every warp's rows)
+    const std::uint32_t checked = clear_nonfinite_keys<T, kDim>(
+        k_tile, v_tile, 32 * wk + 16 * wq, 16,
+        [](T* tile, int r, int c) { return tile + r * kPitch + c * 8; });
+    // (P^T's tile is free until the first step's scores.)
+    std::uint32_t* const flags = reinterpret_cast<std::uint32_t*>(pt_tile);
+    if (lane == 0) flags[warp] = checked;
+    __syncthreads();  // the rows zeroed and the flags written
+    poisoned_keys = flags[wk] | flags[wk + 4] << 16;
+  }
+
   // The steps whose queries m0 .. m0 + kBlockM - 1 every key of the block sees: those from
   // whole_from to whole_to (the last key's first query, the first key's last; visibility
   // ranges grow with the key), none if the block passes the key length.
@@ -356,6 +373,15 @@ __global__ void __launch_bounds__(256, 1)
     // P^T = 2^(S^T scale log2 e - lse), 0 where the key does not see the query.
     float pt[2][kSTiles][4];
     gemm_keys_by_queries(pt, k_base, q_base, 0);
+    if (poisoned_keys != 0) {  // (warp-uniform, rare)
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            pt[mt][nt][e] += key_poison(poisoned_keys, 16 * mt + g + 8 * (e / 2));
+    }
     {
       unsigned seen_bits[2][2];
       if constexpr (masked) {
