@@ -234,7 +234,10 @@ __global__ void __launch_bounds__(256, 1)
   // The non-finite rules (cuda/common/poison.cuh): warp (wk, wq) checks rows 32 wk + 16 wq ..
   // of K and V and zeroes those holding a non-finite element; poisoned_keys (bit r: row
   // 32 wk + r) marks the keys of this warp's S^T rows, whose scores get a NaN at every step.
+  // A CTA with such keys runs its steps in loops compiled for them (any_poisoned_keys), so
+  // that the usual loops carry none of that code.
   std::uint32_t poisoned_keys = 0;
+  bool any_poisoned_keys = false;
   if (n_iters > 0) {
     cp_async_wait<0>();
     __syncthreads();  // K and V landed (each thread copied chunks of every warp's rows)
@@ -242,10 +245,12 @@ __global__ void __launch_bounds__(256, 1)
         k_tile, v_tile, 32 * wk + 16 * wq, 16,
         [](T* tile, int r, int c) { return tile + r * kPitch + c * 8; });
     // (P^T's tile is free until the first step's scores.)
-    std::uint32_t* const flags = reinterpret_cast<std::uint32_t*>(pt_tile);
-    if (lane == 0) flags[warp] = checked;
-    __syncthreads();  // the rows zeroed and the flags written
-    poisoned_keys = flags[wk] | flags[wk + 4] << 16;
+    std::uint32_t* const halves = reinterpret_cast<std::uint32_t*>(pt_tile);
+    if (lane == 0) halves[warp] = checked;
+    __syncthreads();  // the rows zeroed and the halves written
+    poisoned_keys = halves[wk] | halves[wk + 4] << 16;
+#pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) any_poisoned_keys |= halves[w] != 0;
   }
 
   // The steps whose queries m0 .. m0 + kBlockM - 1 every key of the block sees: those from
@@ -358,7 +363,7 @@ __global__ void __launch_bounds__(256, 1)
   // (masked) or without them (a whole step: every key of the block sees every query).
   int it = 0;
   Step step = first_step;
-  const auto step_body = [&](auto masked) {
+  const auto step_body = [&](auto masked, auto poisoned) {
     cp_async_wait<0>();
     __syncthreads();  // step it landed; every warp is done with step it - 1's tiles
     if (it + 1 < n_iters) load_next((it + 1) & 1);
@@ -373,7 +378,7 @@ __global__ void __launch_bounds__(256, 1)
     // P^T = 2^(S^T scale log2 e - lse), 0 where the key does not see the query.
     float pt[2][kSTiles][4];
     gemm_keys_by_queries(pt, k_base, q_base, 0);
-    if (poisoned_keys != 0) {  // (warp-uniform, rare)
+    if constexpr (poisoned) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -494,28 +499,34 @@ __global__ void __launch_bounds__(256, 1)
   // beats a branch inside one loop by one to two percent; at D 128 the three loops make the code
   // larger and run a few percent slower (although the whole steps' loop is 1656 instructions
   // against 1863), so D 128 keeps one loop that masks every step.
-  const auto run_steps = [&](auto masked, int count) {
+  const auto run_all_steps = [&](auto poisoned) {
+    const auto run_steps = [&](auto masked, int count) {
 #pragma unroll 1
-    for (int c = 0; c < count; ++c) step_body(masked);
-  };
-  if constexpr (kHeadDim == 128) {  // one loop, every step masked (see above)
-    run_steps(std::true_type{}, n_iters);
-  } else {
-    const int steps_per_head = (m0_end - m0_begin) / kBlockM;
-    const auto steps_below = [&](std::int64_t row) {  // steps whose m0 is below row, clamped
-      const std::int64_t k = (row - m0_begin + kBlockM - 1) / kBlockM;
-      return static_cast<int>(k < 0 ? 0 : (k > steps_per_head ? steps_per_head : k));
+      for (int c = 0; c < count; ++c) step_body(masked, poisoned);
     };
-    const int whole_begin = steps_below(whole_from);
-    const int whole_end =
-        max(whole_begin, steps_below(static_cast<std::int64_t>(whole_to) - kBlockM + 2));
+    if constexpr (kHeadDim == 128) {  // one loop, every step masked (see above)
+      run_steps(std::true_type{}, n_iters);
+    } else {
+      const int steps_per_head = (m0_end - m0_begin) / kBlockM;
+      const auto steps_below = [&](std::int64_t row) {  // steps whose m0 is below row, clamped
+        const std::int64_t k = (row - m0_begin + kBlockM - 1) / kBlockM;
+        return static_cast<int>(k < 0 ? 0 : (k > steps_per_head ? steps_per_head : k));
+      };
+      const int whole_begin = steps_below(whole_from);
+      const int whole_end =
+          max(whole_begin, steps_below(static_cast<std::int64_t>(whole_to) - kBlockM + 2));
 #pragma unroll 1
-    for (int head = 0; head < p.heads_per_kv && steps_per_head > 0; ++head) {
-      run_steps(std::true_type{}, whole_begin);
-      run_steps(std::false_type{}, whole_end - whole_begin);
-      run_steps(std::true_type{}, steps_per_head - whole_end);
+      for (int head = 0; head < p.heads_per_kv && steps_per_head > 0; ++head) {
+        run_steps(std::true_type{}, whole_begin);
+        run_steps(std::false_type{}, whole_end - whole_begin);
+        run_steps(std::true_type{}, steps_per_head - whole_end);
+      }
     }
-  }
+  };
+  if (any_poisoned_keys)
+    run_all_steps(std::true_type{});
+  else
+    run_all_steps(std::false_type{});
   cp_async_wait<0>();
 
   // Epilogue (zeros for keys that no query sees).

@@ -332,8 +332,10 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
         k_tile, v_tile, consumer * 64 + warp_in_group * 16, 16,
         [](T* tile, int r, int c) { return tile + (c / 8) * kBlockN * 64 + r * 64 + (c % 8) * 8; });
     if (lane == 0) bars.poisoned_keys[consumer * 4 + warp_in_group] = rows;
-    fence_proxy_async_shared();  // the zeros, before the wgmma (async proxy) reads them
-    named_barrier_sync(kDsReadyBarrier, 256);
+    if (rows != 0) fence_proxy_async_shared();  // the zeros, before the wgmma (async proxy)
+    // This warpgroup's GEMMs read its 64 rows (the other one's dQ reads them only after the
+    // first step's dS barrier): the warpgroup's own barrier (the epilogue's, here unused).
+    named_barrier_sync(kDqEmptyBarrier + 3 + consumer, 128);
   }
   int m0 = m_begin * kBlockM;  // this step's first query row (step_m0, without the division)
   for (int it = 0; it < n_iters; ++it) {
