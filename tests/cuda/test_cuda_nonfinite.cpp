@@ -4,7 +4,6 @@
 // anywhere.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -67,12 +66,6 @@ TEST_P(CudaNonFinite, BackwardMatchesReferenceRules) {
   TILEATTN_REQUIRE_CUDA();
   TILEATTN_TRACE_SEED();
   const Case& c = GetParam();
-  // The sm80 2-D kernel at D <= 64 (the fast score path, outside the sm90 kernel) does not
-  // follow the K / V rules yet (docs/semantics.md).
-  const bool fast_path =
-      c.mask == MaskKind::none && c.softcap == 0.0f && c.alibi == Alibi::none && c.dropout == 0.0f;
-  if (fast_path && std::max(c.D, c.Dv == 0 ? c.D : c.Dv) <= 64 && !sm90_forward_dispatch())
-    GTEST_SKIP() << "the sm80 2-D backward kernel at D 64 does not follow the rules yet";
   Rng rng = make_rng();
   for (Poison mode : {Poison::masked_keys, Poison::values})
     for (DType dtype : {DType::bf16, DType::f16}) {

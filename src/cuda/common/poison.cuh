@@ -61,11 +61,11 @@ __device__ __forceinline__ bool row_poisoned(float sum, float acc_check) {
 }
 
 // The backward's share (docs/semantics.md, "Backward"). A key whose K or V row holds a
-// non-finite element must give NaN where a row sees it and nothing elsewhere; but where a row
-// cannot see it, its probability 0 meets its V in dP = dO V^T (0 * NaN) and its dS 0 meets its
-// K in dQ = dS K. So each CTA zeroes such keys' K and V rows in shared memory once, before its
-// first step, and adds NaN to their scores at every step (scores_with_poisoned_keys): their
-// probabilities are then NaN exactly where a row sees them, as the forward's rows are.
+// non-finite element must reach nothing where a row cannot see it; but there its probability 0
+// meets its V in dP = dO V^T (0 * NaN) and its dS 0 meets its K in dQ = dS K. So each CTA zeroes
+// such keys' K and V rows in shared memory once, before its first step. A row that sees such a
+// key is poisoned by its lse, which the forward made NaN (the prepare keeps it NaN), so its
+// probabilities and gradients are NaN where it sees a key.
 //
 // One warp checks rows r0 .. r0 + n - 1 (n <= 32) of the K and V tiles, 16 bytes per lane at a
 // time (`chunk_at(tile, r, c)`: chunk c, in storage order, of row r), and zeroes both tiles'
@@ -107,11 +107,6 @@ __device__ __forceinline__ std::uint32_t clear_nonfinite_keys(T* k, T* v, int r0
       if ((votes >> (s * kLanesPerRow) & kRowLanes) != 0) rows |= 1u << (pass + s);
   }
   return rows;
-}
-
-// 0 for a key that clear_nonfinite_keys left alone, NaN for one it zeroed: added to its scores.
-__device__ __forceinline__ float key_poison(std::uint32_t rows, int row) {
-  return (rows >> row & 1u) != 0 ? __int_as_float(0x7fc00000) : 0.0f;
 }
 
 }  // namespace tileattn::cuda

@@ -106,14 +106,6 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-// A 32-bit shared load the compiler may neither hoist nor merge (asm volatile): for a value
-// read once per loop iteration rather than kept in a register across it.
-__device__ __forceinline__ std::uint32_t load_shared_u32(std::uint32_t address) {
-  std::uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(address));
-  return v;
-}
-
 // 4-byte shared-memory store and 16-byte shared-memory load (shared-window addresses).
 __device__ __forceinline__ void store_shared_u32(std::uint32_t address, std::uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(address), "r"(v) : "memory");

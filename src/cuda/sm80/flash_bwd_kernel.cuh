@@ -160,16 +160,14 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
 
   // This thread's key rows j = n0 + warp * 16 + g + 8 hh and which query rows see them.
   const int key_row0 = warp * 16 + g;
-  // The non-finite rules (cuda/common/poison.cuh): this warp's 16 key rows of K and V are
-  // zeroed where they hold a non-finite element (other warps read them only in the first
-  // step's dQ, after its barriers), and those keys' scores get a NaN at every step.
-  std::uint32_t poisoned_keys = 0;
+  // The non-finite rules (cuda/common/poison.cuh): this warp zeroes its 16 key rows of K and V
+  // that hold a non-finite element (other warps read them only in the first step's dQ, after
+  // its barriers).
   if (n_iters > 0) {
     cp_async_wait<0>();
     __syncthreads();  // K and V landed (each thread copied chunks of every warp's rows)
-    poisoned_keys = clear_nonfinite_keys<T, kDim>(
-        k_tile, v_tile, warp * 16, 16,
-        [](T* tile, int r, int c) { return tile + r * kPitch + c * 8; });
+    clear_nonfinite_keys<T, kDim>(k_tile, v_tile, warp * 16, 16,
+                                  [](T* tile, int r, int c) { return tile + r * kPitch + c * 8; });
   }
   const KeyRowVisibility seen_by[2] = {
       KeyRowVisibility(p, seq.len_q, n0 + key_row0, klen, diagonal),
@@ -230,13 +228,6 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
         mma_16816<T>(s[2 * np + 1], a, qb[2], qb[3]);
       }
     }
-    if (poisoned_keys != 0) {  // (warp-uniform, rare)
-      const float poison[2] = {key_poison(poisoned_keys, g), key_poison(poisoned_keys, g + 8)};
-#pragma unroll
-      for (int nt = 0; nt < kQTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] += poison[e / 2];
-    }
 
     // P^T = 2^(logit - lse log2 e); masked elements and rows without keys give 0 (also for a
     // poisoned row, whose lse_log2 the prepare set to NaN).
@@ -292,7 +283,9 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
           pd[n][e] = s[2 * ks + n][e];
           if constexpr (kGeneral) {
             if (p.dropout_threshold != 0)
-              pd[n][e] *= (kept >> ((2 * ks + n) * 4 + e) & 1u) ? p.dropout_keep_scale : 0.0f;
+              // (A dropped element keeps its NaN, as P times 0, for a poisoned row's dV.)
+              pd[n][e] = (kept >> ((2 * ks + n) * 4 + e) & 1u) ? pd[n][e] * p.dropout_keep_scale
+                                                               : pd[n][e] * 0.0f;
           }
         }
       const std::uint32_t pa[4] = {
@@ -336,7 +329,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kBucket).threads(),
         float d = dp[nt][e];
         if constexpr (kGeneral) {
           if (p.dropout_threshold != 0)
-            d *= (kept >> (nt * 4 + e) & 1u) ? p.dropout_keep_scale : 0.0f;
+            d = (kept >> (nt * 4 + e) & 1u) ? d * p.dropout_keep_scale : 0.0f;
         }
         float ds = s[nt][e] * (d - ((e & 1) ? delta2.y : delta2.x));
         if constexpr (kGeneral) ds *= softcap_grad[nt][e];

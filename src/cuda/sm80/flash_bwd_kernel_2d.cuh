@@ -231,28 +231,14 @@ __global__ void __launch_bounds__(256, 1)
        LaneColumnMask<kSTiles>(
            KeyRowVisibility(p, seq.len_q, n0 + 32 * wk + 24 + g, klen, diagonal))}};
 
-  // The non-finite rules (cuda/common/poison.cuh): warp (wk, wq) checks rows 32 wk + 16 wq ..
-  // of K and V and zeroes those holding a non-finite element; poisoned_keys (bit r: row
-  // 32 wk + r) marks the keys of this warp's S^T rows, whose scores get a NaN at every step.
-  // A CTA with such keys runs its steps in loops compiled for them (any_poisoned_keys), so
-  // that the usual loops carry none of that code. At D 128 only: at D 64 the same code cost
-  // 5-8% (H100, sm80 dispatch; the cause not found), so the D 64 kernel does not follow these
-  // rules yet (docs/semantics.md).
-  std::uint32_t poisoned_keys = 0;
-  bool any_poisoned_keys = false;
-  if (kHeadDim == 128 && n_iters > 0) {
+  // The non-finite rules (cuda/common/poison.cuh): warp (wk, wq) zeroes the rows 32 wk + 16 wq
+  // .. of K and V that hold a non-finite element (the first step's barrier orders the zeros
+  // before every warp's reads).
+  if (n_iters > 0) {
     cp_async_wait<0>();
     __syncthreads();  // K and V landed (each thread copied chunks of every warp's rows)
-    const std::uint32_t checked = clear_nonfinite_keys<T, kDim>(
-        k_tile, v_tile, 32 * wk + 16 * wq, 16,
-        [](T* tile, int r, int c) { return tile + r * kPitch + c * 8; });
-    // (P^T's tile is free until the first step's scores.)
-    std::uint32_t* const halves = reinterpret_cast<std::uint32_t*>(pt_tile);
-    if (lane == 0) halves[warp] = checked;
-    __syncthreads();  // the rows zeroed and the halves written
-    poisoned_keys = halves[wk] | halves[wk + 4] << 16;
-#pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) any_poisoned_keys |= halves[w] != 0;
+    clear_nonfinite_keys<T, kDim>(k_tile, v_tile, 32 * wk + 16 * wq, 16,
+                                  [](T* tile, int r, int c) { return tile + r * kPitch + c * 8; });
   }
 
   // The steps whose queries m0 .. m0 + kBlockM - 1 every key of the block sees: those from
@@ -365,7 +351,7 @@ __global__ void __launch_bounds__(256, 1)
   // (masked) or without them (a whole step: every key of the block sees every query).
   int it = 0;
   Step step = first_step;
-  const auto step_body = [&](auto masked, auto poisoned) {
+  const auto step_body = [&](auto masked) {
     cp_async_wait<0>();
     __syncthreads();  // step it landed; every warp is done with step it - 1's tiles
     if (it + 1 < n_iters) load_next((it + 1) & 1);
@@ -380,15 +366,6 @@ __global__ void __launch_bounds__(256, 1)
     // P^T = 2^(S^T scale log2 e - lse), 0 where the key does not see the query.
     float pt[2][kSTiles][4];
     gemm_keys_by_queries(pt, k_base, q_base, 0);
-    if constexpr (poisoned) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            pt[mt][nt][e] += key_poison(poisoned_keys, 16 * mt + g + 8 * (e / 2));
-    }
     {
       unsigned seen_bits[2][2];
       if constexpr (masked) {
@@ -501,38 +478,27 @@ __global__ void __launch_bounds__(256, 1)
   // beats a branch inside one loop by one to two percent; at D 128 the three loops make the code
   // larger and run a few percent slower (although the whole steps' loop is 1656 instructions
   // against 1863), so D 128 keeps one loop that masks every step.
-  const auto run_all_steps = [&](auto poisoned) {
-    const auto run_steps = [&](auto masked, int count) {
+  const auto run_steps = [&](auto masked, int count) {
 #pragma unroll 1
-      for (int c = 0; c < count; ++c) step_body(masked, poisoned);
-    };
-    if constexpr (kHeadDim == 128) {  // one loop, every step masked (see above)
-      run_steps(std::true_type{}, n_iters);
-    } else {
-      const int steps_per_head = (m0_end - m0_begin) / kBlockM;
-      const auto steps_below = [&](std::int64_t row) {  // steps whose m0 is below row, clamped
-        const std::int64_t k = (row - m0_begin + kBlockM - 1) / kBlockM;
-        return static_cast<int>(k < 0 ? 0 : (k > steps_per_head ? steps_per_head : k));
-      };
-      const int whole_begin = steps_below(whole_from);
-      const int whole_end =
-          max(whole_begin, steps_below(static_cast<std::int64_t>(whole_to) - kBlockM + 2));
-#pragma unroll 1
-      for (int head = 0; head < p.heads_per_kv && steps_per_head > 0; ++head) {
-        run_steps(std::true_type{}, whole_begin);
-        run_steps(std::false_type{}, whole_end - whole_begin);
-        run_steps(std::true_type{}, steps_per_head - whole_end);
-      }
-    }
+    for (int c = 0; c < count; ++c) step_body(masked);
   };
-  if constexpr (kHeadDim == 128) {
-    if (any_poisoned_keys) {
-      run_all_steps(std::true_type{});
-    } else {
-      run_all_steps(std::false_type{});
-    }
+  if constexpr (kHeadDim == 128) {  // one loop, every step masked (see above)
+    run_steps(std::true_type{}, n_iters);
   } else {
-    run_all_steps(std::false_type{});
+    const int steps_per_head = (m0_end - m0_begin) / kBlockM;
+    const auto steps_below = [&](std::int64_t row) {  // steps whose m0 is below row, clamped
+      const std::int64_t k = (row - m0_begin + kBlockM - 1) / kBlockM;
+      return static_cast<int>(k < 0 ? 0 : (k > steps_per_head ? steps_per_head : k));
+    };
+    const int whole_begin = steps_below(whole_from);
+    const int whole_end =
+        max(whole_begin, steps_below(static_cast<std::int64_t>(whole_to) - kBlockM + 2));
+#pragma unroll 1
+    for (int head = 0; head < p.heads_per_kv && steps_per_head > 0; ++head) {
+      run_steps(std::true_type{}, whole_begin);
+      run_steps(std::false_type{}, whole_end - whole_begin);
+      run_steps(std::true_type{}, steps_per_head - whole_end);
+    }
   }
   cp_async_wait<0>();
 

@@ -66,9 +66,6 @@ template <int kStages>
 struct Sm90BwdBarriers {
   std::uint64_t kv_full;
   std::uint64_t q_full[kStages];  // the slot's Q, dO, lse and delta landed
-  // Per consumer warp, clear_nonfinite_keys' rows (read each step from here: held in a
-  // register across the loop it costs spills).
-  std::uint32_t poisoned_keys[8];
 };
 
 // Named barrier 1: the two consumer warpgroups, once their dS^T rows are in shared memory.
@@ -322,20 +319,15 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     for (int e = 0; e < 4; ++e) acc_dk[dt][e] = acc_dv[dt][e] = 0.0f;
 
   if (n_iters > 0) mbarrier_wait(&bars.kv_full, 0);
-  // The non-finite rules (cuda/common/poison.cuh): each consumer warp checks its 16 rows of K
-  // and V and zeroes those holding a non-finite element, before either warpgroup's first GEMM
-  // reads them; those keys' scores get a NaN at every step.
-  const std::uint32_t poisoned_keys_at =
-      smem_address(&bars.poisoned_keys[consumer * 4 + warp_in_group]);
+  // The non-finite rules (cuda/common/poison.cuh): each consumer warp zeroes its 16 rows of K
+  // and V that hold a non-finite element, before its warpgroup's first GEMM reads them (the
+  // other warpgroup's dQ reads them only after the first step's dS barrier).
   if (n_iters > 0) {
-    const std::uint32_t rows = clear_nonfinite_keys<T, kDim>(
+    const std::uint32_t zeroed = clear_nonfinite_keys<T, kDim>(
         k_tile, v_tile, consumer * 64 + warp_in_group * 16, 16,
         [](T* tile, int r, int c) { return tile + (c / 8) * kBlockN * 64 + r * 64 + (c % 8) * 8; });
-    if (lane == 0) bars.poisoned_keys[consumer * 4 + warp_in_group] = rows;
-    if (rows != 0) fence_proxy_async_shared();  // the zeros, before the wgmma (async proxy)
-    // This warpgroup's GEMMs read its 64 rows (the other one's dQ reads them only after the
-    // first step's dS barrier): the warpgroup's own barrier (the epilogue's, here unused).
-    named_barrier_sync(kDqEmptyBarrier + 3 + consumer, 128);
+    if (zeroed != 0) fence_proxy_async_shared();  // the zeros, before the wgmma (async proxy)
+    named_barrier_sync(kDqEmptyBarrier + 3 + consumer, 128);  // (the epilogue's, unused yet)
   }
   int m0 = m_begin * kBlockM;  // this step's first query row (step_m0, without the division)
   for (int it = 0; it < n_iters; ++it) {
@@ -384,13 +376,6 @@ __global__ void __launch_bounds__(sm90_bwd_tile_config(kBucket).threads(), 1)
     for (int nt = 0; nt < kAhead; ++nt) lse2[nt] = load_shared_v2(lse_s + nt * 32);
     wgmma_wait<1>();
     fence_operand(s);
-    if (const std::uint32_t poisoned_keys = load_shared_u32(poisoned_keys_at);
-        poisoned_keys != 0) {  // (warp-uniform, rare)
-#pragma unroll
-      for (int nt = 0; nt < kQTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] += key_poison(poisoned_keys, g + 8 * (e / 2));
-    }
     // kCarryDk: the step before's dK and dV have retired too: nothing of its slot is read any
     // more, and the producer may refill it.
     if (kCarryDk && it > 0 && it - 1 + kStages < n_iters)
