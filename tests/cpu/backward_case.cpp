@@ -36,19 +36,29 @@ BackwardProblem::Gradients BackwardProblem::make_gradients() const {
 }
 
 BackwardProblem::Gradients BackwardProblem::make_gradients(DType gradient_dtype) const {
-  const Case& c = problem.c;
-  Gradients g{HostTensor::operand(gradient_dtype, c.B, c.Lq, c.Hq, c.D, c.layout),
-              HostTensor::operand(gradient_dtype, c.B, c.Lk, c.Hkv, c.D, c.layout),
-              HostTensor::operand(gradient_dtype, c.B, c.Lk, c.Hkv, problem.Dv, c.layout)};
+  return poisoned_gradients(problem, gradient_dtype);
+}
+
+AttentionBackwardArgs BackwardProblem::args(const Gradients& g, bool deterministic) const {
+  return backward_args(problem, out, lse, dout, g, deterministic);
+}
+
+Gradients poisoned_gradients(const Problem& pb, DType dtype) {
+  const Case& c = pb.c;
+  Gradients g{HostTensor::operand(dtype, c.B, c.Lq, c.Hq, c.D, c.layout),
+              HostTensor::operand(dtype, c.B, c.Lk, c.Hkv, c.D, c.layout),
+              HostTensor::operand(dtype, c.B, c.Lk, c.Hkv, pb.Dv, c.layout)};
   g.dq.poison();
   g.dk.poison();
   g.dv.poison();
   return g;
 }
 
-AttentionBackwardArgs BackwardProblem::args(const Gradients& g, bool deterministic) const {
+AttentionBackwardArgs backward_args(const Problem& pb, const HostTensor& out, const HostTensor& lse,
+                                    const HostTensor& dout, const Gradients& g,
+                                    bool deterministic) {
   AttentionBackwardArgs a;
-  static_cast<AttentionArgs&>(a) = problem.args(out, &lse);
+  static_cast<AttentionArgs&>(a) = pb.args(out, &lse);
   a.dout = dout.view();
   a.dq = g.dq.view();
   a.dk = g.dk.view();

@@ -11,31 +11,7 @@ void synchronize() {
   ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status);
 }
 
-AttentionBackwardArgs backward_args(const Problem& pb, const HostTensor& out, const HostTensor& lse,
-                                    const HostTensor& dout, const Gradients& g,
-                                    bool deterministic) {
-  AttentionBackwardArgs a;
-  static_cast<AttentionArgs&>(a) = pb.args(out, &lse);
-  a.dout = dout.view();
-  a.dq = g.dq.view();
-  a.dk = g.dk.view();
-  a.dv = g.dv.view();
-  a.deterministic = deterministic;
-  return a;
-}
-
 }  // namespace
-
-Gradients poisoned_gradients(const Problem& pb) {
-  const Case& c = pb.c;
-  Gradients g{HostTensor::operand(DType::f32, c.B, c.Lq, c.Hq, c.D, c.layout),
-              HostTensor::operand(DType::f32, c.B, c.Lk, c.Hkv, c.D, c.layout),
-              HostTensor::operand(DType::f32, c.B, c.Lk, c.Hkv, pb.Dv, c.layout)};
-  g.dq.poison();
-  g.dk.poison();
-  g.dv.poison();
-  return g;
-}
 
 Context cuda_context(bool via_bf16) {
   Context ctx;
@@ -77,7 +53,7 @@ void cuda_forward(const Problem& pb, bool via_bf16, HostTensor& out, HostTensor&
 // The CUDA backward with the given out and lse (host tensors, copied to the device).
 Gradients cuda_backward(const Problem& pb, const HostTensor& out, const HostTensor& lse,
                         const HostTensor& dout, bool via_bf16, bool deterministic) {
-  Gradients g = poisoned_gradients(pb);
+  Gradients g = poisoned_gradients(pb, DType::f32);
   AttentionBackwardArgs a = backward_args(pb, out, lse, dout, g, deterministic);
   DeviceCopies dev;
   static_cast<AttentionArgs&>(a) = device_inputs(pb, a, dev);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention_case.hpp"
+#include "backward_case.hpp"
 #include "cuda_case.hpp"
 
 namespace tileattn::test {
@@ -34,13 +35,6 @@ AttentionArgs device_inputs(const Problem& pb, AttentionArgs a, DeviceCopies& de
 
 // The CUDA forward of `pb` into fresh poisoned out and lse (lse absent when the case has none).
 void cuda_forward(const Problem& pb, bool via_bf16, HostTensor& out, HostTensor& lse);
-
-struct Gradients {
-  HostTensor dq, dk, dv;
-};
-
-// f32 gradients of the problem's shapes and layout, poisoned (NaN).
-Gradients poisoned_gradients(const Problem& pb);
 
 // The CUDA backward with the given out, lse and dout (host tensors, copied to the device);
 // f32 gradients, poisoned before the call.

@@ -324,7 +324,7 @@ TEST_P(CudaF32ViaBf16, ForwardAndBackwardAtBf16Accuracy) {
   AttentionBackwardArgs naive_args;
   static_cast<AttentionArgs&>(naive_args) = pb16.args(o16, &l16);
   naive_args.dout = dout16.view();
-  Gradients g16 = poisoned_gradients(pb16);
+  Gradients g16 = poisoned_gradients(pb16, DType::f32);
   naive_args.dq = g16.dq.view();
   naive_args.dk = g16.dk.view();
   naive_args.dv = g16.dv.view();
