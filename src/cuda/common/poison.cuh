@@ -28,18 +28,28 @@ __device__ __forceinline__ std::uint32_t nonfinite_halves(std::uint32_t w) {
   return __vcmpeq2(w & kExponents, kExponents);
 }
 
+// 0xffff in each 16-bit half of a 16-byte chunk that holds a non-finite T.
+template <typename T>
+__device__ __forceinline__ uint4 nonfinite_chunk_halves(uint4 v) {
+  return make_uint4(nonfinite_halves<T>(v.x), nonfinite_halves<T>(v.y), nonfinite_halves<T>(v.z),
+                    nonfinite_halves<T>(v.w));
+}
+
+__device__ __forceinline__ bool any_bits(uint4 m) {
+  return (m.x | m.y | m.z | m.w) != 0;
+}
+
 // Zeroes the non-finite elements of the 16-byte chunk at `chunk` (shared memory, 16-byte
 // aligned); returns whether there were any.
 template <typename T>
 __device__ __forceinline__ bool clear_nonfinite_chunk(void* chunk) {
   uint4 v = *static_cast<const uint4*>(chunk);
-  const std::uint32_t m0 = nonfinite_halves<T>(v.x), m1 = nonfinite_halves<T>(v.y);
-  const std::uint32_t m2 = nonfinite_halves<T>(v.z), m3 = nonfinite_halves<T>(v.w);
-  if ((m0 | m1 | m2 | m3) == 0) return false;
-  v.x &= ~m0;
-  v.y &= ~m1;
-  v.z &= ~m2;
-  v.w &= ~m3;
+  const uint4 m = nonfinite_chunk_halves<T>(v);
+  if (!any_bits(m)) return false;
+  v.x &= ~m.x;
+  v.y &= ~m.y;
+  v.z &= ~m.z;
+  v.w &= ~m.w;
   *static_cast<uint4*>(chunk) = v;
   return true;
 }
@@ -90,11 +100,7 @@ __device__ __forceinline__ std::uint32_t clear_nonfinite_keys(T* k, T* v, int r0
     for (int i = 0; i < kChunksPerLane; ++i) {
       const int c = first + i * kLanesPerRow;  // K's chunks, then V's
       chunks[i] = reinterpret_cast<uint4*>(chunk_at(c < kRowChunks ? k : v, r, c % kRowChunks));
-      if (in) {
-        const uint4 x = *chunks[i];
-        bad |= (nonfinite_halves<T>(x.x) | nonfinite_halves<T>(x.y) | nonfinite_halves<T>(x.z) |
-                nonfinite_halves<T>(x.w)) != 0;
-      }
+      if (in) bad |= any_bits(nonfinite_chunk_halves<T>(*chunks[i]));
     }
     const std::uint32_t votes = __ballot_sync(0xffffffffu, bad);
     if (votes == 0) continue;
