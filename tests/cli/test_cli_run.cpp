@@ -389,7 +389,10 @@ TEST(CliRun, VarlenCausalWithKeyLengths) {
       for (std::int64_t i = 0; i < nq; ++i) {
         const float g = lse[static_cast<std::size_t>(h * Tq + cu_q[b] + i)];
         const float w = ref_lse[static_cast<std::size_t>(h * nq + i)];
-        EXPECT_TRUE(g == w || std::abs(g - w) <= 1e-5f * std::abs(w)) << b << " " << h << " " << i;
+        // lse's error is absolute (the log of a sum with a relative error): a relative bound
+        // alone fails where lse is near 0 (0.00389 off by 7e-8 at one seed).
+        EXPECT_TRUE(g == w || std::abs(g - w) <= 1e-5f * std::max(1.0f, std::abs(w)))
+            << b << " " << h << " " << i << " got " << g << " ref " << w;
       }
   }
 }
